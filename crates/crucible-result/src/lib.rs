@@ -1,0 +1,349 @@
+//! The result document of one judge evaluation (`crucible.result/1`).
+//!
+//! Everything downstream of the judge (rewards, advantages, batches, reports) reads this one
+//! type and nothing else. It is serialized once, as JSON, with no rounding: every number is the
+//! `f64` the judge measured. Fields are only ever added within a schema version; a field that
+//! changes meaning gets a new version string. This crate does no I/O.
+
+use serde::{Deserialize, Serialize};
+
+/// The schema tag written into every result.
+pub const SCHEMA: &str = "crucible.result/1";
+
+/// The one-word outcome of an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Correct,
+    Incorrect,
+    /// The static verifier (or a runtime defense) refused the candidate.
+    Rejected,
+    CompileError,
+    RuntimeError,
+    Timeout,
+    Crashed,
+    /// The judge itself failed; never charged to the candidate.
+    InfraError,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Correct => "correct",
+            Verdict::Incorrect => "incorrect",
+            Verdict::Rejected => "rejected",
+            Verdict::CompileError => "compile_error",
+            Verdict::RuntimeError => "runtime_error",
+            Verdict::Timeout => "timeout",
+            Verdict::Crashed => "crashed",
+            Verdict::InfraError => "infra_error",
+        }
+    }
+}
+
+/// The finer failure class behind a non-correct verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    SyntaxError,
+    ImportError,
+    MissingModelNew,
+    TritonCompileError,
+    RuntimeError,
+    CudaError,
+    OutOfMemory,
+    Incorrect,
+    Rejected,
+    Timeout,
+    Crashed,
+    InfraError,
+}
+
+impl FailureClass {
+    /// The verdict a failure of this class produces.
+    pub fn verdict(self) -> Verdict {
+        match self {
+            FailureClass::SyntaxError
+            | FailureClass::ImportError
+            | FailureClass::MissingModelNew
+            | FailureClass::TritonCompileError => Verdict::CompileError,
+            FailureClass::RuntimeError | FailureClass::CudaError | FailureClass::OutOfMemory => {
+                Verdict::RuntimeError
+            }
+            FailureClass::Incorrect => Verdict::Incorrect,
+            FailureClass::Rejected => Verdict::Rejected,
+            FailureClass::Timeout => Verdict::Timeout,
+            FailureClass::Crashed => Verdict::Crashed,
+            FailureClass::InfraError => Verdict::InfraError,
+        }
+    }
+}
+
+/// Why the evaluation did not end `correct`: the class, the stage it happened in, and a
+/// diagnostic written so that a model can act on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub class: FailureClass,
+    pub stage: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Flag,
+    Reject,
+}
+
+/// One observation by the verifier or a runtime defense.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable identifier, e.g. `torch-compute-in-forward` or `no-triton-launch`.
+    pub code: String,
+    pub severity: Severity,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// One step of the pipeline (verify, referee, import, init, trial_N, timing, profile, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub name: String,
+    pub status: StageStatus,
+    pub duration_s: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+}
+
+/// The seeds that replay an evaluation exactly (`--seed <base>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seeds {
+    pub base: u64,
+    /// Seed set before building `Model` and before building `ModelNew`.
+    pub init: u64,
+    /// One input seed per correctness trial.
+    pub trials: Vec<u64>,
+}
+
+/// Error statistics of one output tensor against the reference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputError {
+    pub index: u32,
+    pub shape: Vec<i64>,
+    pub dtype: String,
+    pub max_abs: f64,
+    pub mean_abs: f64,
+    pub max_rel: f64,
+    pub mean_rel: f64,
+    /// Elements outside `atol + rtol * |expected|`.
+    pub mismatched: u64,
+    pub numel: u64,
+}
+
+/// One correctness trial: fresh inputs from `seed`, one candidate forward, compared by the referee.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Trial {
+    pub seed: u64,
+    pub passed: bool,
+    pub outputs: Vec<OutputError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Summary statistics of one timed series, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: u32,
+    pub median_ms: f64,
+    pub mean_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    /// Interquartile range (q3 - q1).
+    pub iqr_ms: f64,
+    /// Coefficient of variation (std / mean).
+    pub cv: f64,
+}
+
+impl Stats {
+    /// Computes the summary of `samples` (milliseconds). Returns `None` for an empty series.
+    pub fn from_samples(samples: &[f64]) -> Option<Stats> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let mean = sorted.iter().sum::<f64>() / n as f64;
+        let var = sorted.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        Some(Stats {
+            n: n as u32,
+            median_ms: quantile(&sorted, 0.5),
+            mean_ms: mean,
+            min_ms: sorted[0],
+            max_ms: sorted[n - 1],
+            iqr_ms: quantile(&sorted, 0.75) - quantile(&sorted, 0.25),
+            cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+        })
+    }
+}
+
+/// Linear-interpolated quantile of an ascending, non-empty slice.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// Timing of reference and candidate on the same GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub reference: Stats,
+    pub candidate: Stats,
+    pub warmup: u32,
+    pub l2_flush_bytes: u64,
+    /// Wall time of the candidate's timed phase, measured by the judge from outside the
+    /// candidate process.
+    pub candidate_phase_wall_s: f64,
+}
+
+/// GPU time of one kernel (by exact name) in the profiled forward.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelTime {
+    pub name: String,
+    pub calls: u32,
+    pub gpu_time_us: f64,
+    /// Launched through Triton from the candidate's own `@triton.jit` functions.
+    pub candidate_triton: bool,
+}
+
+/// Where the GPU time of one forward went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub kernels: Vec<KernelTime>,
+    pub candidate_triton_us: f64,
+    pub total_gpu_us: f64,
+}
+
+/// A Triton kernel the candidate launched, and the autotune config used, if any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub kernel: String,
+    pub calls: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autotune_config: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Env {
+    /// `cuda:0`, `cpu`, ...
+    pub device: String,
+    pub device_name: Option<String>,
+    pub torch: Option<String>,
+    pub triton: Option<String>,
+    pub cuda: Option<String>,
+    pub driver: Option<String>,
+    pub python: Option<String>,
+    pub crucible: String,
+    /// `true` when kernels ran through Triton's interpreter on the CPU.
+    pub triton_interpret: bool,
+}
+
+/// A file the evaluation read, identified by content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRef {
+    pub name: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    /// `kb-v0` or `strict`.
+    pub profile: String,
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+/// The result of evaluating one candidate against one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalResult {
+    pub schema: String,
+    pub verdict: Verdict,
+    pub correct: bool,
+    /// Reference median / candidate median; `None` when no timing was taken.
+    pub speedup: Option<f64>,
+    pub timing: Option<Timing>,
+    /// Why `timing` is null, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_skipped: Option<String>,
+    /// Candidate Triton GPU time / all GPU time in one profiled forward.
+    pub coverage: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    pub findings: Vec<Finding>,
+    pub stages: Vec<Stage>,
+    pub seeds: Seeds,
+    pub tolerance: Tolerance,
+    /// Size profile of the task's inputs (`full` is the file as written).
+    pub size_profile: String,
+    pub trials: Vec<Trial>,
+    pub launches: Vec<Launch>,
+    pub task: FileRef,
+    pub candidate: FileRef,
+    pub env: Env,
+    pub wall_s: f64,
+}
+
+impl EvalResult {
+    /// The most severe finding, if any.
+    pub fn worst_severity(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+
+    /// Whether any finding says the candidate hacked or dodged the task.
+    pub fn has_reject_or_flag(&self) -> bool {
+        self.worst_severity() >= Some(Severity::Flag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_match_hand_computed_values() {
+        let s = Stats::from_samples(&[4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!(s.n, 4);
+        assert_eq!(s.median_ms, 2.5);
+        assert_eq!(s.mean_ms, 2.5);
+        assert_eq!(s.min_ms, 1.0);
+        assert_eq!(s.max_ms, 4.0);
+        assert_eq!(s.iqr_ms, 3.25 - 1.75);
+        assert!((s.cv - (1.25f64).sqrt() / 2.5).abs() < 1e-12);
+        assert!(Stats::from_samples(&[]).is_none());
+    }
+
+    #[test]
+    fn failure_classes_map_to_contract_verdicts() {
+        assert_eq!(FailureClass::SyntaxError.verdict(), Verdict::CompileError);
+        assert_eq!(FailureClass::OutOfMemory.verdict(), Verdict::RuntimeError);
+        assert_eq!(FailureClass::InfraError.verdict(), Verdict::InfraError);
+        let json = serde_json::to_string(&Verdict::CompileError).unwrap();
+        assert_eq!(json, "\"compile_error\"");
+    }
+}

@@ -1,0 +1,1 @@
+//! RL math over judge results (being written).

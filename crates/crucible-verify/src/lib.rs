@@ -1,0 +1,1 @@
+//! Static verifier for candidate Triton solutions (being written).
