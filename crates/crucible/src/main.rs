@@ -1,1 +1,50 @@
-fn main() {}
+//! `crucible`: thin glue that parses arguments and wires the library crates together.
+
+mod eval_cmd;
+mod rl_cmd;
+mod verify_cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "crucible", version, about = "Judge and RL toolkit for Triton kernels")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Evaluate candidate solutions against KernelBench-format tasks.
+    Eval(eval_cmd::EvalArgs),
+    /// Run the static verifier on candidate files.
+    Verify(verify_cmd::VerifyArgs),
+    /// Print the reward of one judge result.
+    Reward(rl_cmd::RewardArgs),
+    /// Compute advantages (and rejection-sampling masks) over a trajectory batch.
+    Advantages(rl_cmd::AdvantagesArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CRUCIBLE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Eval(args) => eval_cmd::run(args),
+        Command::Verify(args) => verify_cmd::run(args),
+        Command::Reward(args) => rl_cmd::run_reward(args),
+        Command::Advantages(args) => rl_cmd::run_advantages(args),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
