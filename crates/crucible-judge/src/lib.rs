@@ -1,1 +1,17 @@
-//! The judge (being written).
+//! The judge: evaluates one candidate `ModelNew` against one KernelBench-format task.
+//!
+//! A trusted referee process builds the reference, draws seeded inputs on the target device and
+//! holds the expected outputs; a fresh, sandboxed candidate process per evaluation maps the
+//! referee's input and output buffers, runs forward and never sees the expected values. This
+//! crate starts and supervises both over private channels, enforces per-stage deadlines,
+//! classifies every failure, and assembles the `crucible.result/1` document. It does not know
+//! about rewards, queues or HTTP.
+
+pub mod judge;
+pub mod process;
+pub mod runtime;
+pub mod sandbox;
+
+pub use judge::{EvalConfig, StageLimits, TimingConfig, ToleranceProfile, Transport, evaluate};
+pub use runtime::Runtime;
+pub use sandbox::Sandbox;

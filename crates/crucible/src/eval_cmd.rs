@@ -1,12 +1,353 @@
-//! `crucible eval` (placeholder until the judge lands).
+//! `crucible eval`: one candidate against one task, or a directory of each paired by file name.
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use crucible_judge::{EvalConfig, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport};
+use crucible_result::{EvalResult, Verdict};
 
 #[derive(clap::Args)]
 pub struct EvalArgs {
+    /// A KernelBench-format task file (`Model`, `get_inputs`, `get_init_inputs`).
+    #[arg(long, conflicts_with = "task_dir", requires = "candidate")]
+    task: Option<PathBuf>,
+    /// A candidate solution file defining `ModelNew`.
+    #[arg(long, conflicts_with = "candidate_dir")]
+    candidate: Option<PathBuf>,
+    /// Directory of task files; paired with --candidate-dir by file name.
+    #[arg(long, requires = "candidate_dir")]
+    task_dir: Option<PathBuf>,
+    /// Directory of candidate files named like the tasks they solve.
     #[arg(long)]
-    task: Option<std::path::PathBuf>,
+    candidate_dir: Option<PathBuf>,
+    /// `cpu` (Triton interpreter, correctness only) or `cuda:N`; default: cuda:0 if a GPU exists.
+    #[arg(long)]
+    device: Option<String>,
+    /// Print the result document as JSON (one line per evaluation in batch mode).
+    #[arg(long)]
+    json: bool,
+    /// Also write every result, one JSON document per line, to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Base seed of an earlier evaluation, to replay it exactly.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Correctness trials, each with fresh inputs.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    trials: u32,
+    /// Tolerance profile: `kb-v0` (atol=rtol=1e-2) or `strict` (1e-4 fp32, 1e-2 fp16/bf16).
+    #[arg(long, default_value = "kb-v0", value_parser = ["kb-v0", "strict"])]
+    tolerance: String,
+    /// Task size profile (`small`, `full`); default: `small` on the CPU when the task has one.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Skip timing and profiling on a GPU (correctness only).
+    #[arg(long)]
+    no_timing: bool,
+    /// Timed iterations per side.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Warm-up iterations per side.
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
+    /// One deadline in seconds for every candidate stage (default: per stage and device).
+    #[arg(long)]
+    stage_timeout: Option<f64>,
+    /// How tensors travel between referee and candidate: auto, shm, cuda-ipc.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "shm", "cuda-ipc"])]
+    transport: String,
+    /// Run the candidate without the sandbox (debugging only).
+    #[arg(long)]
+    no_sandbox: bool,
+    /// Evaluations to run at once in batch mode.
+    #[arg(long, short = 'j', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    jobs: u32,
 }
 
-pub fn run(_args: EvalArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("crucible eval is not wired yet")
+fn detect_device() -> String {
+    if Path::new("/proc/driver/nvidia/gpus").is_dir() || Path::new("/dev/nvidia0").exists() {
+        "cuda:0".into()
+    } else {
+        "cpu".into()
+    }
+}
+
+fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
+    let device = args.device.clone().unwrap_or_else(detect_device);
+    if device != "cpu" && !device.starts_with("cuda") {
+        bail!("--device must be `cpu` or `cuda:N`, not `{device}`");
+    }
+    let mut cfg = EvalConfig::new(&device);
+    cfg.seed = args.seed;
+    cfg.trials = args.trials;
+    cfg.tolerance = ToleranceProfile::parse(&args.tolerance)
+        .with_context(|| format!("unknown tolerance profile `{}`", args.tolerance))?;
+    cfg.size_profile = args.profile.clone();
+    cfg.timing = (!args.no_timing).then(|| TimingConfig {
+        warmup: args.warmup,
+        iters: args.iters,
+        ..TimingConfig::default()
+    });
+    if let Some(secs) = args.stage_timeout {
+        if !(secs.is_finite() && secs > 0.0) {
+            bail!("--stage-timeout must be a positive number of seconds");
+        }
+        cfg.limits = StageLimits::uniform(&device, Duration::from_secs_f64(secs));
+    }
+    cfg.transport = match args.transport.as_str() {
+        "shm" => Transport::Shm,
+        "cuda-ipc" => Transport::CudaIpc,
+        _ => Transport::Auto,
+    };
+    if args.no_sandbox {
+        cfg.sandbox = None;
+    }
+    Ok(cfg)
+}
+
+fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {what} {}", path.display()))
+}
+
+pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(&args)?;
+    let pairs = match (&args.task, &args.candidate, &args.task_dir, &args.candidate_dir) {
+        (Some(task), Some(candidate), None, None) => vec![(task.clone(), candidate.clone())],
+        (None, None, Some(tasks), Some(candidates)) => pair_by_name(tasks, candidates)?,
+        _ => bail!(
+            "give either --task and --candidate, or --task-dir and --candidate-dir (see --help)"
+        ),
+    };
+    let sources = pairs
+        .iter()
+        .map(|(t, c)| Ok((read(t, "task")?, read(c, "candidate")?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let runtime = Runtime::discover()?;
+    let batch = args.task_dir.is_some();
+    let mut out = match &args.out {
+        Some(p) => Some(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        ),
+        None => None,
+    };
+
+    let results = if batch {
+        run_batch(&runtime, &cfg, &pairs, &sources, args.jobs, args.json)
+    } else {
+        let (task, candidate) = &pairs[0];
+        let (task_src, candidate_src) = &sources[0];
+        vec![crucible_judge::evaluate(
+            &runtime,
+            task,
+            task_src,
+            candidate,
+            candidate_src,
+            &cfg,
+        )]
+    };
+    if let Some(file) = out.as_mut() {
+        use std::io::Write;
+        for result in &results {
+            serde_json::to_writer(&mut *file, result)?;
+            writeln!(file)?;
+        }
+    }
+    if batch {
+        if !args.json {
+            print_table(&results);
+        }
+    } else if args.json {
+        println!("{}", serde_json::to_string_pretty(&results[0])?);
+    } else {
+        print_summary(&results[0]);
+    }
+    let infra = results.iter().any(|r| r.verdict == Verdict::InfraError);
+    Ok(if infra {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Pairs `candidates/NAME.py` with `tasks/NAME.py`; a candidate without a task is an error.
+fn pair_by_name(tasks: &Path, candidates: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    let list = |dir: &Path| -> anyhow::Result<Vec<PathBuf>> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "py"))
+            .collect();
+        files.sort();
+        Ok(files)
+    };
+    let mut pairs = Vec::new();
+    let mut orphans = Vec::new();
+    for candidate in list(candidates)? {
+        let Some(name) = candidate.file_name() else {
+            continue;
+        };
+        let task = tasks.join(name);
+        if task.is_file() {
+            pairs.push((task, candidate));
+        } else {
+            orphans.push(candidate.display().to_string());
+        }
+    }
+    if !orphans.is_empty() {
+        bail!(
+            "no task in {} for: {}; candidates are paired with tasks by file name",
+            tasks.display(),
+            orphans.join(", ")
+        );
+    }
+    if pairs.is_empty() {
+        bail!("no candidate .py files in {}", candidates.display());
+    }
+    Ok(pairs)
+}
+
+fn run_batch(
+    runtime: &Runtime,
+    cfg: &EvalConfig,
+    pairs: &[(PathBuf, PathBuf)],
+    sources: &[(Vec<u8>, Vec<u8>)],
+    jobs: u32,
+    json: bool,
+) -> Vec<EvalResult> {
+    let bar = indicatif::ProgressBar::new(pairs.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; pairs.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(pairs.len() as u32) {
+            scope.spawn(|| {
+                loop {
+                    let index = {
+                        let Ok(mut next) = next.lock() else { return };
+                        let index = *next;
+                        *next += 1;
+                        index
+                    };
+                    let Some((task, candidate)) = pairs.get(index) else {
+                        return;
+                    };
+                    let (task_src, candidate_src) = &sources[index];
+                    let result = crucible_judge::evaluate(
+                        runtime,
+                        task,
+                        task_src,
+                        candidate,
+                        candidate_src,
+                        cfg,
+                    );
+                    bar.set_message(format!("{} {}", result.task.name, result.verdict.as_str()));
+                    bar.inc(1);
+                    if json {
+                        bar.suspend(|| {
+                            if let Ok(line) = serde_json::to_string(&result) {
+                                println!("{line}");
+                            }
+                        });
+                    }
+                    if let Ok(mut results) = results.lock() {
+                        results[index] = Some(result);
+                    }
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+fn fmt_opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    value.map(f).unwrap_or_else(|| "-".into())
+}
+
+fn print_table(results: &[EvalResult]) {
+    println!(
+        "{:<40} {:<14} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8}",
+        "task", "verdict", "speedup", "coverage", "ref ms", "cand ms", "cv", "wall s"
+    );
+    for r in results {
+        let timing = r.timing.as_ref();
+        println!(
+            "{:<40} {:<14} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8.2}",
+            r.task.name,
+            r.verdict.as_str(),
+            fmt_opt(r.speedup, |s| format!("{s:.3}x")),
+            fmt_opt(r.coverage, |c| format!("{:.1}%", c * 100.0)),
+            fmt_opt(timing.map(|t| t.reference.median_ms), |v| format!("{v:.4}")),
+            fmt_opt(timing.map(|t| t.candidate.median_ms), |v| format!("{v:.4}")),
+            fmt_opt(timing.map(|t| t.candidate.cv), |v| format!("{:.1}%", v * 100.0)),
+            r.wall_s
+        );
+    }
+    let correct = results.iter().filter(|r| r.correct).count();
+    println!("{correct}/{} correct", results.len());
+}
+
+fn print_summary(r: &EvalResult) {
+    let passed = r.trials.iter().filter(|t| t.passed).count();
+    println!(
+        "{} vs {}: {} ({passed}/{} trials passed, tolerance {}, size profile {}, device {})",
+        r.task.name,
+        r.candidate.path,
+        r.verdict.as_str().to_uppercase(),
+        r.seeds.trials.len(),
+        r.tolerance.profile,
+        r.size_profile,
+        r.env.device
+    );
+    if let Some(t) = &r.timing {
+        println!(
+            "  speedup {}  reference {:.4} ms  candidate {:.4} ms (cv {:.1}%)  coverage {}",
+            fmt_opt(r.speedup, |s| format!("{s:.3}x")),
+            t.reference.median_ms,
+            t.candidate.median_ms,
+            t.candidate.cv * 100.0,
+            fmt_opt(r.coverage, |c| format!("{:.1}%", c * 100.0)),
+        );
+    }
+    if let Some(reason) = &r.timing_skipped {
+        println!("  timing: none ({reason})");
+    }
+    if let Some(f) = &r.failure {
+        println!(
+            "  failure: {:?} in stage `{}`:\n    {}",
+            f.class,
+            f.stage,
+            f.message.replace('\n', "\n    ")
+        );
+    }
+    for f in &r.findings {
+        let at = f.line.map(|l| format!(" (line {l})")).unwrap_or_default();
+        println!(
+            "  finding [{:?}] {}{at}: {}",
+            f.severity, f.code, f.message
+        );
+    }
+    for l in &r.launches {
+        let config = l
+            .autotune_config
+            .as_deref()
+            .map(|c| format!(", autotune config {c}"))
+            .unwrap_or_default();
+        println!("  launched {} x{}{config}", l.kernel, l.calls);
+    }
+    println!(
+        "  seed {} (replay with --seed {}), wall {:.2} s",
+        r.seeds.base, r.seeds.base, r.wall_s
+    );
 }

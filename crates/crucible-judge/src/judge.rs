@@ -1,0 +1,915 @@
+//! One evaluation: verify, start the referee and a fresh candidate process, run the seeded
+//! trials, time, profile, and assemble the result document.
+//!
+//! The referee's failures are the judge's (`infra_error`); the candidate's failures are
+//! classified by stage. Nothing the candidate process reports is taken as a verdict: the
+//! referee compares outputs, and this module does the arithmetic.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crucible_result::{
+    EvalResult, Failure, FailureClass, FileRef, Finding, KernelTime, Launch, OutputError,
+    Profile, SCHEMA, Seeds, Severity, Stage, StageStatus, Stats, Timing, Tolerance, Trial,
+    Verdict,
+};
+use serde_json::{Value, json};
+
+use crate::process::{ChannelError, HarnessProcess, Spawn};
+use crate::runtime::{Runtime, hex};
+use crate::sandbox::Sandbox;
+
+/// Module name the candidate harness imports the candidate file as; launches of kernels
+/// defined there are the candidate's own.
+const CANDIDATE_MODULE: &str = "crucible_candidate";
+
+/// Coverage below this is flagged: most GPU time is spent outside the candidate's kernels.
+pub const LOW_COVERAGE: f64 = 0.5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToleranceProfile {
+    /// atol = rtol = 1e-2 for every dtype (what Dr. Kernel trained with).
+    KbV0,
+    /// 1e-4 for fp32, 1e-2 for fp16/bf16 (current KernelBench).
+    Strict,
+}
+
+impl ToleranceProfile {
+    pub fn parse(name: &str) -> Option<ToleranceProfile> {
+        match name {
+            "kb-v0" => Some(ToleranceProfile::KbV0),
+            "strict" => Some(ToleranceProfile::Strict),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ToleranceProfile::KbV0 => "kb-v0",
+            ToleranceProfile::Strict => "strict",
+        }
+    }
+
+    /// (atol, rtol) for fp32 and wider outputs.
+    fn full_precision(self) -> f64 {
+        match self {
+            ToleranceProfile::KbV0 => 1e-2,
+            ToleranceProfile::Strict => 1e-4,
+        }
+    }
+}
+
+/// How the referee shares tensors with the candidate process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// CUDA IPC on a GPU, shared-memory files on the CPU.
+    Auto,
+    /// Shared-memory files (on a GPU, staged through host memory).
+    Shm,
+    CudaIpc,
+}
+
+#[derive(Debug, Clone)]
+pub struct TimingConfig {
+    pub warmup: u32,
+    pub iters: u32,
+    pub flush_bytes: u64,
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        TimingConfig {
+            warmup: 5,
+            iters: 100,
+            flush_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Deadlines per stage. The first trial includes Triton compilation.
+#[derive(Debug, Clone)]
+pub struct StageLimits {
+    pub start: Duration,
+    pub load: Duration,
+    pub trial: Duration,
+    pub timing: Duration,
+}
+
+impl StageLimits {
+    pub fn for_device(device: &str) -> StageLimits {
+        let cpu = device == "cpu";
+        StageLimits {
+            start: Duration::from_secs(120),
+            load: Duration::from_secs(60),
+            trial: Duration::from_secs(if cpu { 120 } else { 60 }),
+            timing: Duration::from_secs(180),
+        }
+    }
+
+    /// The same deadline for every candidate stage (start-up excluded: importing torch is the
+    /// judge's cost, not the candidate's).
+    pub fn uniform(device: &str, stage: Duration) -> StageLimits {
+        StageLimits {
+            load: stage,
+            trial: stage,
+            timing: stage,
+            ..StageLimits::for_device(device)
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EvalConfig {
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// Replays an earlier evaluation; fresh randomness when `None`.
+    pub seed: Option<u64>,
+    pub trials: u32,
+    pub tolerance: ToleranceProfile,
+    /// Task size profile; `None` picks `small` on the CPU when the task has one, else `full`.
+    pub size_profile: Option<String>,
+    pub timing: Option<TimingConfig>,
+    pub limits: StageLimits,
+    pub transport: Transport,
+    pub sandbox: Option<Sandbox>,
+}
+
+impl EvalConfig {
+    pub fn new(device: &str) -> EvalConfig {
+        EvalConfig {
+            device: device.to_string(),
+            seed: None,
+            trials: 5,
+            tolerance: ToleranceProfile::KbV0,
+            size_profile: None,
+            timing: Some(TimingConfig::default()),
+            limits: StageLimits::for_device(device),
+            transport: Transport::Auto,
+            sandbox: Some(Sandbox::default()),
+        }
+    }
+
+    fn is_gpu(&self) -> bool {
+        self.device.starts_with("cuda")
+    }
+
+    fn transport_name(&self) -> &'static str {
+        match (self.transport, self.is_gpu()) {
+            (Transport::Auto, true) | (Transport::CudaIpc, _) => "cuda_ipc",
+            _ => "shm",
+        }
+    }
+}
+
+/// Seeds derived from one base seed, so `--seed BASE` replays an evaluation exactly.
+pub fn derive_seeds(base: u64, trials: u32) -> Seeds {
+    // Seeds stay below 2^53 so every JSON reader holds them exactly.
+    let mask = (1u64 << 53) - 1;
+    let mut state = base;
+    let mut next = || splitmix64(&mut state) & mask;
+    let init = next();
+    Seeds {
+        base,
+        init,
+        trials: (0..trials).map(|_| next()).collect(),
+    }
+}
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A fresh base seed from the OS.
+pub fn fresh_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into the buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n == 8 {
+        u64::from_le_bytes(bytes) & ((1u64 << 53) - 1)
+    } else {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        splitmix64(&mut (nanos ^ u64::from(std::process::id()))) & ((1u64 << 53) - 1)
+    }
+}
+
+pub fn file_ref(path: &Path, bytes: &[u8]) -> FileRef {
+    use sha2::{Digest, Sha256};
+    FileRef {
+        name: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        path: path.display().to_string(),
+        sha256: hex(&Sha256::digest(bytes)),
+    }
+}
+
+/// Why an evaluation stopped early.
+enum Stop {
+    Candidate(Failure),
+    Infra(String),
+}
+
+struct Evaluation<'a> {
+    runtime: &'a Runtime,
+    cfg: &'a EvalConfig,
+    stages: Vec<Stage>,
+    findings: Vec<Finding>,
+    trials: Vec<Trial>,
+    launches: Vec<Launch>,
+    env: crucible_result::Env,
+    size_profile: String,
+}
+
+impl Evaluation<'_> {
+    fn stage<T>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut Self) -> Result<T, Stop>,
+    ) -> Result<T, Stop> {
+        let start = Instant::now();
+        let outcome = f(self);
+        let (status, diagnostics) = match &outcome {
+            Ok(_) => (StageStatus::Ok, vec![]),
+            Err(Stop::Candidate(failure)) => (StageStatus::Failed, vec![failure.message.clone()]),
+            Err(Stop::Infra(msg)) => (StageStatus::Failed, vec![msg.clone()]),
+        };
+        self.stages.push(Stage {
+            name: name.to_string(),
+            status,
+            duration_s: start.elapsed().as_secs_f64(),
+            diagnostics,
+        });
+        outcome
+    }
+}
+
+/// Sends a request to the referee; any failure is the judge's.
+fn referee_call(
+    referee: &mut HarnessProcess,
+    msg: Value,
+    timeout: Duration,
+) -> Result<Value, Stop> {
+    match referee.request(&msg, timeout) {
+        Ok(reply) if reply["ok"] == json!(true) => Ok(reply),
+        Ok(reply) => Err(Stop::Infra(format!(
+            "referee failed: {}\n{}",
+            reply["error"].as_str().unwrap_or("?"),
+            reply["traceback"].as_str().unwrap_or("")
+        ))),
+        Err(e) => Err(Stop::Infra(format!(
+            "referee {e}\n{}",
+            referee.log_tail(4000)
+        ))),
+    }
+}
+
+/// Sends a request to the candidate; failures are classified and charged to it.
+fn candidate_call(
+    candidate: &mut HarnessProcess,
+    stage: &str,
+    msg: Value,
+    timeout: Duration,
+) -> Result<Value, Stop> {
+    let failure = |class, message: String| {
+        Stop::Candidate(Failure {
+            class,
+            stage: stage.to_string(),
+            message,
+        })
+    };
+    match candidate.request(&msg, timeout) {
+        Ok(reply) if reply["ok"] == json!(true) => Ok(reply),
+        Ok(reply) => {
+            let class = candidate_class(reply["class"].as_str().unwrap_or(""));
+            let message = reply["message"].as_str().unwrap_or("").to_string();
+            Err(failure(class, message))
+        }
+        Err(ChannelError::Timeout(limit)) => Err(failure(
+            FailureClass::Timeout,
+            format!(
+                "stage `{stage}` did not finish within {:.0} s; look for an infinite loop, a \
+                 deadlock or a grid that launches far too many programs",
+                limit.as_secs_f64()
+            ),
+        )),
+        Err(ChannelError::Exited(exit)) => Err(failure(
+            FailureClass::Crashed,
+            format!(
+                "the candidate process {exit} during stage `{stage}`\n{}",
+                candidate.log_tail(2000)
+            ),
+        )),
+        Err(ChannelError::Protocol(msg)) => Err(failure(
+            FailureClass::Crashed,
+            format!("the candidate process corrupted the judge's channel: {msg}"),
+        )),
+        Err(ChannelError::Io(e)) => Err(Stop::Infra(format!("candidate channel I/O: {e}"))),
+    }
+}
+
+/// The candidate can only charge itself: a claimed `infra_error` (or anything unknown)
+/// becomes a runtime error.
+fn candidate_class(name: &str) -> FailureClass {
+    match name {
+        "syntax_error" => FailureClass::SyntaxError,
+        "import_error" => FailureClass::ImportError,
+        "missing_model_new" => FailureClass::MissingModelNew,
+        "triton_compile_error" => FailureClass::TritonCompileError,
+        "cuda_error" => FailureClass::CudaError,
+        "out_of_memory" => FailureClass::OutOfMemory,
+        _ => FailureClass::RuntimeError,
+    }
+}
+
+fn harness_env(runtime: &Runtime, cfg: &EvalConfig, home: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "PYTHONPATH".to_string(),
+            runtime.harness_root.display().to_string(),
+        ),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        ("HOME".into(), home.display().to_string()),
+        (
+            "TRITON_CACHE_DIR".into(),
+            home.join("triton").display().to_string(),
+        ),
+        ("TMPDIR".into(), home.display().to_string()),
+    ];
+    // Only what the runtimes need to find their libraries and devices; tokens, queue URLs
+    // and the rest of the judge's environment never reach the harness.
+    for key in [
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_HOME",
+        "LANG",
+        "OMP_NUM_THREADS",
+    ] {
+        if let Ok(value) = std::env::var(key) {
+            env.push((key.to_string(), value));
+        }
+    }
+    if !cfg.is_gpu() {
+        env.push(("TRITON_INTERPRET".into(), "1".into()));
+        env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
+    }
+    env
+}
+
+/// Evaluates `candidate_src` (read from `candidate_path`) against the task file at `task_path`.
+///
+/// Never fails: every problem, the judge's own included, becomes a verdict in the result.
+pub fn evaluate(
+    runtime: &Runtime,
+    task_path: &Path,
+    task_src: &[u8],
+    candidate_path: &Path,
+    candidate_src: &[u8],
+    cfg: &EvalConfig,
+) -> EvalResult {
+    let started = Instant::now();
+    let seeds = derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1));
+    let mut eval = Evaluation {
+        runtime,
+        cfg,
+        stages: Vec::new(),
+        findings: Vec::new(),
+        trials: Vec::new(),
+        launches: Vec::new(),
+        env: crucible_result::Env {
+            device: cfg.device.clone(),
+            crucible: env!("CARGO_PKG_VERSION").to_string(),
+            triton_interpret: !cfg.is_gpu(),
+            ..Default::default()
+        },
+        size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
+    };
+    let mut timing = None;
+    let mut profile = None;
+    let outcome = run(
+        &mut eval,
+        task_path,
+        candidate_src,
+        &seeds,
+        &mut timing,
+        &mut profile,
+    );
+    let failure = match outcome {
+        Ok(()) => None,
+        Err(Stop::Candidate(failure)) => Some(failure),
+        Err(Stop::Infra(message)) => Some(Failure {
+            class: FailureClass::InfraError,
+            stage: eval
+                .stages
+                .last()
+                .map(|s| s.name.clone())
+                .unwrap_or_default(),
+            message,
+        }),
+    };
+    let rejected = eval.findings.iter().any(|f| f.severity == Severity::Reject);
+    let verdict = match &failure {
+        Some(f) => f.class.verdict(),
+        None if rejected => Verdict::Rejected,
+        None => Verdict::Correct,
+    };
+    let failure = failure.or_else(|| {
+        rejected.then(|| Failure {
+            class: FailureClass::Rejected,
+            stage: "runtime-checks".into(),
+            message: eval
+                .findings
+                .iter()
+                .filter(|f| f.severity == Severity::Reject)
+                .map(|f| f.message.clone())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        })
+    });
+    let correct = verdict == Verdict::Correct;
+    let timing_skipped = match (&timing, cfg.is_gpu()) {
+        (Some(_), _) => None,
+        (None, false) => Some(
+            "no GPU: the candidate ran through Triton's interpreter on the CPU, which gives a \
+             correctness-only verdict"
+                .to_string(),
+        ),
+        (None, true) if cfg.timing.is_none() => Some("timing was turned off".to_string()),
+        (None, true) => Some("timing runs only for correct candidates".to_string()),
+    };
+    let speedup = timing
+        .as_ref()
+        .filter(|_| correct)
+        .map(|t: &Timing| t.reference.median_ms / t.candidate.median_ms);
+    let coverage = profile
+        .as_ref()
+        .filter(|p: &&Profile| p.total_gpu_us > 0.0)
+        .map(|p| p.candidate_triton_us / p.total_gpu_us);
+    EvalResult {
+        schema: SCHEMA.to_string(),
+        verdict,
+        correct,
+        speedup,
+        timing,
+        timing_skipped,
+        coverage,
+        profile,
+        failure,
+        findings: eval.findings,
+        stages: eval.stages,
+        seeds,
+        tolerance: Tolerance {
+            profile: cfg.tolerance.name().to_string(),
+            atol: cfg.tolerance.full_precision(),
+            rtol: cfg.tolerance.full_precision(),
+        },
+        size_profile: eval.size_profile,
+        trials: eval.trials,
+        launches: eval.launches,
+        task: file_ref(task_path, task_src),
+        candidate: file_ref(candidate_path, candidate_src),
+        env: eval.env,
+        wall_s: started.elapsed().as_secs_f64(),
+    }
+}
+
+fn run(
+    eval: &mut Evaluation<'_>,
+    task_path: &Path,
+    candidate_src: &[u8],
+    seeds: &Seeds,
+    timing_out: &mut Option<Timing>,
+    profile_out: &mut Option<Profile>,
+) -> Result<(), Stop> {
+    let cfg = eval.cfg;
+    let runtime = eval.runtime;
+    let infra = |what: &str, e: std::io::Error| Stop::Infra(format!("{what}: {e}"));
+
+    // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
+    let scratch_parent = Some(Path::new("/dev/shm"))
+        .filter(|p| p.is_dir())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir);
+    let referee_dir = tempfile::Builder::new()
+        .prefix("crucible-ref-")
+        .tempdir_in(&scratch_parent)
+        .map_err(|e| infra("creating the referee's scratch directory", e))?;
+    let candidate_dir = tempfile::Builder::new()
+        .prefix("crucible-cand-")
+        .tempdir_in(&scratch_parent)
+        .map_err(|e| infra("creating the candidate's scratch directory", e))?;
+    let candidate_file = candidate_dir.path().join("solution.py");
+    std::fs::write(&candidate_file, candidate_src)
+        .map_err(|e| infra("writing the candidate file", e))?;
+    let task_abs = std::fs::canonicalize(task_path).map_err(|e| infra("reading the task", e))?;
+
+    // Both processes import torch at the same time; that start-up is the judge's cost.
+    let (mut referee, mut candidate) = eval.stage("start", |_| {
+        let spawn = |module, dir: &Path, sandbox: Option<Sandbox>| {
+            HarnessProcess::spawn(Spawn {
+                python: runtime.python.clone(),
+                module,
+                env: harness_env(runtime, cfg, dir),
+                cwd: dir.to_path_buf(),
+                sandbox,
+            })
+        };
+        let mut referee = spawn("crucible_harness.referee", referee_dir.path(), None)
+            .map_err(|e| infra("starting the referee", e))?;
+        let mut candidate = spawn(
+            "crucible_harness.candidate",
+            candidate_dir.path(),
+            cfg.sandbox.clone(),
+        )
+        .map_err(|e| infra("starting the candidate process", e))?;
+        referee
+            .receive(cfg.limits.start)
+            .map_err(|e| Stop::Infra(format!("referee did not start: {e}\n{}", referee.log_tail(4000))))?;
+        candidate.receive(cfg.limits.start).map_err(|e| {
+            Stop::Infra(format!(
+                "candidate harness did not start: {e}\n{}",
+                candidate.log_tail(4000)
+            ))
+        })?;
+        Ok((referee, candidate))
+    })?;
+
+    let outcome = run_started(
+        eval,
+        &mut referee,
+        &mut candidate,
+        &task_abs,
+        referee_dir.path(),
+        &candidate_file,
+        seeds,
+        timing_out,
+        profile_out,
+    );
+    candidate.shutdown();
+    referee.shutdown();
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_started(
+    eval: &mut Evaluation<'_>,
+    referee: &mut HarnessProcess,
+    candidate: &mut HarnessProcess,
+    task_abs: &Path,
+    referee_dir: &Path,
+    candidate_file: &Path,
+    seeds: &Seeds,
+    timing_out: &mut Option<Timing>,
+    profile_out: &mut Option<Profile>,
+) -> Result<(), Stop> {
+    let cfg = eval.cfg;
+    let tol = cfg.tolerance.full_precision();
+    let init = eval.stage("reference", |eval| {
+        let reply = referee_call(
+            referee,
+            json!({
+                "op": "init",
+                "task_path": task_abs,
+                "profile": eval.size_profile,
+                "device": cfg.device,
+                "transport": cfg.transport_name(),
+                "scratch": referee_dir,
+                "init_seed": seeds.init,
+                "tolerance": {"fp32": [tol, tol], "half": [1e-2, 1e-2]},
+            }),
+            cfg.limits.load + cfg.limits.trial,
+        )?;
+        let env = &reply["env"];
+        let text = |k: &str| env[k].as_str().map(str::to_string);
+        eval.env.device_name = text("device_name");
+        eval.env.torch = text("torch");
+        eval.env.triton = text("triton");
+        eval.env.cuda = text("cuda");
+        eval.env.driver = text("driver");
+        eval.env.python = text("python");
+        if let Some(p) = reply["profile"].as_str() {
+            eval.size_profile = p.to_string();
+        }
+        Ok(reply["init_inputs"].clone())
+    })?;
+
+    eval.stage("load", |_| {
+        candidate_call(
+            candidate,
+            "load",
+            json!({
+                "op": "load",
+                "candidate_path": candidate_file,
+                "device": cfg.device,
+                "init_seed": seeds.init,
+                "init_inputs": init,
+            }),
+            cfg.limits.load,
+        )
+    })?;
+
+    let mut last_launches = Value::Null;
+    for (index, &seed) in seeds.trials.iter().enumerate() {
+        let name = format!("trial_{index}");
+        let passed = eval.stage(&name, |eval| {
+            let prepared = referee_call(
+                referee,
+                json!({"op": "prepare", "trial": index, "seed": seed}),
+                cfg.limits.trial,
+            )?;
+            let ran = candidate_call(
+                candidate,
+                &name,
+                json!({"op": "run", "stage": name, "trial": index, "payload": prepared["payload"]}),
+                cfg.limits.trial,
+            )?;
+            let checked = referee_call(
+                referee,
+                json!({"op": "check", "trial": index}),
+                cfg.limits.trial,
+            )?;
+            last_launches = ran["launches"].clone();
+            Ok(record_trial(eval, seed, &ran, &checked))
+        })?;
+        if !passed {
+            let message = eval
+                .trials
+                .last()
+                .and_then(|t| t.message.clone())
+                .unwrap_or_default();
+            return Err(Stop::Candidate(Failure {
+                class: FailureClass::Incorrect,
+                stage: name,
+                message,
+            }));
+        }
+    }
+    eval.launches = parse_launches(&last_launches);
+    if eval.launches.is_empty() {
+        eval.findings.push(Finding {
+            code: "no-triton-launch".into(),
+            severity: Severity::Reject,
+            message: "forward returned correct outputs but launched none of the file's own \
+                      @triton.jit kernels; the work must be done by your Triton kernels"
+                .into(),
+            line: None,
+            column: None,
+        });
+        return Ok(());
+    }
+
+    let Some(timing_cfg) = cfg.timing.as_ref().filter(|_| cfg.is_gpu()) else {
+        return Ok(());
+    };
+    let timing = eval.stage("timing", |_| {
+        let request = |op: &str| {
+            json!({
+                "op": op,
+                "seed": seeds.trials[0],
+                "trial": "timing",
+                "warmup": timing_cfg.warmup,
+                "iters": timing_cfg.iters,
+                "flush_bytes": timing_cfg.flush_bytes,
+            })
+        };
+        let reference = referee_call(referee, request("time_reference"), cfg.limits.timing)?;
+        let prepared = referee_call(referee, request("prepare_timing"), cfg.limits.timing)?;
+        let mut msg = request("time");
+        msg["payload"] = prepared["payload"].clone();
+        msg["stage"] = json!("timing");
+        let phase = Instant::now();
+        let timed = candidate_call(candidate, "timing", msg, cfg.limits.timing)?;
+        let phase_wall_s = phase.elapsed().as_secs_f64();
+        let reference = samples(&reference)?;
+        let candidate_samples = samples(&timed)?;
+        Ok((reference, candidate_samples, phase_wall_s, prepared["payload"].clone()))
+    })?;
+    let (reference, candidate_samples, phase_wall_s, payload) = timing;
+    let claimed_s: f64 = candidate_samples.iter().sum::<f64>() / 1e3;
+    if claimed_s > phase_wall_s {
+        eval.findings.push(Finding {
+            code: "timing-contradiction".into(),
+            severity: Severity::Reject,
+            message: format!(
+                "the timed iterations claim {claimed_s:.6} s in total, but the judge measured the \
+                 whole timed phase from outside at {phase_wall_s:.6} s"
+            ),
+            line: None,
+            column: None,
+        });
+    }
+    let (Some(reference), Some(candidate_stats)) = (
+        Stats::from_samples(&reference),
+        Stats::from_samples(&candidate_samples),
+    ) else {
+        return Err(Stop::Infra("timing returned no samples".into()));
+    };
+    *timing_out = Some(Timing {
+        reference,
+        candidate: candidate_stats,
+        warmup: timing_cfg.warmup,
+        l2_flush_bytes: timing_cfg.flush_bytes,
+        candidate_phase_wall_s: phase_wall_s,
+    });
+
+    let profiled = eval.stage("profile", |_| {
+        candidate_call(
+            candidate,
+            "profile",
+            json!({"op": "profile", "stage": "profile", "payload": payload}),
+            cfg.limits.timing,
+        )
+    })?;
+    let profile = build_profile(&profiled);
+    let coverage = if profile.total_gpu_us > 0.0 {
+        profile.candidate_triton_us / profile.total_gpu_us
+    } else {
+        0.0
+    };
+    if coverage < LOW_COVERAGE {
+        eval.findings.push(Finding {
+            code: "low-coverage".into(),
+            severity: Severity::Flag,
+            message: format!(
+                "only {:.1}% of the forward's GPU time is spent in your own Triton kernels; move \
+                 the remaining work into them",
+                coverage * 100.0
+            ),
+            line: None,
+            column: None,
+        });
+    }
+    *profile_out = Some(profile);
+    Ok(())
+}
+
+fn samples(reply: &Value) -> Result<Vec<f64>, Stop> {
+    reply["samples_ms"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .ok_or_else(|| Stop::Infra("timing reply without samples".into()))
+}
+
+/// Records one trial; returns whether it passed.
+fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Value) -> bool {
+    let outputs: Vec<OutputError> = checked["outputs"]
+        .as_array()
+        .map(|outs| {
+            outs.iter()
+                .map(|o| OutputError {
+                    index: o["index"].as_u64().unwrap_or(0) as u32,
+                    shape: o["shape"]
+                        .as_array()
+                        .map(|s| s.iter().filter_map(Value::as_i64).collect())
+                        .unwrap_or_default(),
+                    dtype: o["dtype"].as_str().unwrap_or("").to_string(),
+                    max_abs: o["max_abs"].as_f64().unwrap_or(f64::NAN),
+                    mean_abs: o["mean_abs"].as_f64().unwrap_or(f64::NAN),
+                    max_rel: o["max_rel"].as_f64().unwrap_or(f64::NAN),
+                    mean_rel: o["mean_rel"].as_f64().unwrap_or(f64::NAN),
+                    mismatched: o["mismatched"].as_u64().unwrap_or(0),
+                    numel: o["numel"].as_u64().unwrap_or(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut problems: Vec<String> = Vec::new();
+    if let Some(p) = ran["problem"].as_str() {
+        problems.push(p.to_string());
+    } else if let Some(ps) = checked["problems"].as_array() {
+        problems.extend(ps.iter().filter_map(Value::as_str).map(str::to_string));
+    }
+    let mutated: Vec<u64> = checked["mutated_inputs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    if !mutated.is_empty() && !eval.findings.iter().any(|f| f.code == "input-mutated") {
+        eval.findings.push(Finding {
+            code: "input-mutated".into(),
+            severity: Severity::Reject,
+            message: format!(
+                "forward modified its input tensor(s) {mutated:?}; inputs are read-only, write \
+                 results into freshly allocated outputs"
+            ),
+            line: None,
+            column: None,
+        });
+    }
+    let aliased = ran["meta"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));
+    if aliased && !eval.findings.iter().any(|f| f.code == "output-aliases-input") {
+        eval.findings.push(Finding {
+            code: "output-aliases-input".into(),
+            severity: Severity::Reject,
+            message: "forward returned one of its inputs as an output; allocate a new output tensor"
+                .into(),
+            line: None,
+            column: None,
+        });
+    }
+    let passed = problems.is_empty();
+    eval.trials.push(Trial {
+        seed,
+        passed,
+        outputs,
+        message: (!passed).then(|| problems.join("\n")),
+    });
+    passed
+}
+
+fn parse_launches(report: &Value) -> Vec<Launch> {
+    report
+        .as_array()
+        .map(|launches| {
+            launches
+                .iter()
+                .filter(|l| l["module"] == json!(CANDIDATE_MODULE))
+                .filter_map(|l| {
+                    Some(Launch {
+                        kernel: l["kernel"].as_str()?.to_string(),
+                        calls: l["calls"].as_u64().unwrap_or(0) as u32,
+                        autotune_config: l["autotune_config"].as_str().map(str::to_string),
+                    })
+                })
+                .filter(|l| l.calls > 0)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Attributes profiled GPU time to the candidate's kernels by exact compiled-kernel name.
+fn build_profile(reply: &Value) -> Profile {
+    let own_names: std::collections::HashSet<String> = reply["launches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["module"] == json!(CANDIDATE_MODULE))
+        .flat_map(|l| {
+            l["compiled_names"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    let kernels: Vec<KernelTime> = reply["kernels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| {
+            let name = k["name"].as_str()?.to_string();
+            Some(KernelTime {
+                candidate_triton: own_names.contains(&name),
+                name,
+                calls: k["calls"].as_u64().unwrap_or(0) as u32,
+                gpu_time_us: k["gpu_time_us"].as_f64().unwrap_or(0.0),
+            })
+        })
+        .collect();
+    let total_gpu_us = kernels.iter().map(|k| k.gpu_time_us).sum();
+    let candidate_triton_us = kernels
+        .iter()
+        .filter(|k| k.candidate_triton)
+        .map(|k| k.gpu_time_us)
+        .sum();
+    Profile {
+        kernels,
+        candidate_triton_us,
+        total_gpu_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_are_reproducible_and_distinct() {
+        let a = derive_seeds(42, 5);
+        assert_eq!(a, derive_seeds(42, 5));
+        assert_ne!(a, derive_seeds(43, 5));
+        let mut all = a.trials.clone();
+        all.push(a.init);
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 6);
+        assert!(all.iter().all(|s| *s < 1 << 53));
+    }
+
+    #[test]
+    fn candidate_cannot_claim_an_infra_error() {
+        assert_eq!(candidate_class("infra_error"), FailureClass::RuntimeError);
+        assert_eq!(candidate_class("syntax_error"), FailureClass::SyntaxError);
+    }
+}

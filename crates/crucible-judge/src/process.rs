@@ -1,0 +1,286 @@
+//! One harness process (referee or candidate) and the private channel to it.
+//!
+//! The channel is a Unix socket pair whose child end becomes fd 3 in the child; stdout and
+//! stderr are only captured as logs, so nothing the candidate prints can pose as a reply.
+//! Every request has a deadline; a process that misses it is killed with its whole process
+//! group, and a process that dies is reported with its exit status or signal.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::sandbox::Sandbox;
+
+/// At most this much of a child's stdout+stderr is kept for diagnostics.
+const LOG_CAP: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    #[error("the process ended: {0}")]
+    Exited(ExitDescription),
+    #[error("malformed reply: {0}")]
+    Protocol(String),
+    #[error("channel I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How a child process ended.
+#[derive(Debug, Clone)]
+pub struct ExitDescription {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl std::fmt::Display for ExitDescription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.signal, self.code) {
+            (Some(sig), _) => write!(f, "killed by signal {sig} ({})", signal_name(sig)),
+            (None, Some(code)) => write!(f, "exited with status {code}"),
+            (None, None) => write!(f, "ended with an unknown status"),
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV, segmentation fault",
+        libc::SIGABRT => "SIGABRT, abort",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGBUS => "SIGBUS, bus error",
+        libc::SIGFPE => "SIGFPE, arithmetic fault",
+        libc::SIGILL => "SIGILL, illegal instruction",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+impl From<ExitStatus> for ExitDescription {
+    fn from(status: ExitStatus) -> Self {
+        ExitDescription {
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+/// What to start: the interpreter, the harness module and the child's environment.
+pub struct Spawn {
+    pub python: PathBuf,
+    pub module: &'static str,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub sandbox: Option<Sandbox>,
+}
+
+pub struct HarnessProcess {
+    child: Child,
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    log: Arc<Mutex<Vec<u8>>>,
+    exited: Option<ExitDescription>,
+}
+
+impl HarnessProcess {
+    pub fn spawn(spec: Spawn) -> std::io::Result<HarnessProcess> {
+        let (parent_end, child_end) = UnixStream::pair()?;
+        let child_fd = child_end.as_raw_fd();
+        let mut cmd = Command::new(&spec.python);
+        cmd.arg("-u")
+            .arg("-m")
+            .arg(spec.module)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&spec.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let sandbox = spec.sandbox;
+        // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
+        // system calls (setsid, dup2, setrlimit, prctl and the sandbox's own calls).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Die with the judge: an orphaned candidate must not keep a GPU busy.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if child_fd == 3 {
+                    // dup2 onto itself keeps close-on-exec; clear it instead.
+                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(child_fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(sandbox) = &sandbox {
+                    sandbox.enter()?;
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        drop(child_end);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || drain_into(stream, &log));
+        }
+        let reader = BufReader::new(parent_end.try_clone()?);
+        Ok(HarnessProcess {
+            child,
+            writer: parent_end,
+            reader,
+            log,
+            exited: None,
+        })
+    }
+
+    /// Waits for the next message from the child.
+    pub fn receive(&mut self, timeout: Duration) -> Result<Value, ChannelError> {
+        if let Some(exit) = &self.exited {
+            return Err(ChannelError::Exited(exit.clone()));
+        }
+        self.reader.get_ref().set_read_timeout(Some(timeout))?;
+        let deadline = Instant::now() + timeout;
+        let mut line = String::new();
+        loop {
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return Err(ChannelError::Exited(self.reap())),
+                Ok(_) if line.ends_with('\n') => break,
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if Instant::now() >= deadline {
+                        self.kill();
+                        return Err(ChannelError::Timeout(timeout));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        serde_json::from_str(&line).map_err(|e| ChannelError::Protocol(format!("{e}: {line:.200}")))
+    }
+
+    /// Sends one request and waits for its reply.
+    pub fn request(&mut self, msg: &Value, timeout: Duration) -> Result<Value, ChannelError> {
+        let mut bytes = serde_json::to_vec(msg).map_err(|e| ChannelError::Protocol(e.to_string()))?;
+        bytes.push(b'\n');
+        if let Err(e) = self.writer.write_all(&bytes) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Err(ChannelError::Exited(self.reap()));
+            }
+            return Err(e.into());
+        }
+        self.receive(timeout)
+    }
+
+    /// Waits briefly for the child to finish and records how it ended.
+    fn reap(&mut self) -> ExitDescription {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    let exit = ExitDescription::from(status);
+                    self.exited = Some(exit.clone());
+                    self.kill_group();
+                    return exit;
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => {
+                    self.kill();
+                    let exit = ExitDescription {
+                        code: None,
+                        signal: None,
+                    };
+                    self.exited = Some(exit.clone());
+                    return exit;
+                }
+            }
+        }
+    }
+
+    fn kill_group(&self) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+
+    /// Kills the process and everything it started.
+    pub fn kill(&mut self) {
+        self.kill_group();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Asks the child to exit, then makes sure its process group is gone.
+    pub fn shutdown(mut self) {
+        if self.exited.is_none() {
+            let _ = self.writer.write_all(b"{\"op\":\"exit\"}\n");
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.kill();
+    }
+
+    /// The tail of what the process printed (stdout and stderr interleaved), for diagnostics.
+    pub fn log_tail(&self, max: usize) -> String {
+        // A short grace period lets the drain threads pick up the last bytes of a dead child.
+        std::thread::sleep(Duration::from_millis(20));
+        let log = self.log.lock().map(|l| l.clone()).unwrap_or_default();
+        let start = log.len().saturating_sub(max);
+        String::from_utf8_lossy(&log[start..]).into_owned()
+    }
+}
+
+impl Drop for HarnessProcess {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            self.kill();
+        }
+    }
+}
+
+fn drain_into(mut stream: Box<dyn Read + Send>, log: &Mutex<Vec<u8>>) {
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        if let Ok(mut log) = log.lock() {
+            log.extend_from_slice(&buf[..n]);
+            if log.len() > 2 * LOG_CAP {
+                let cut = log.len() - LOG_CAP;
+                log.drain(..cut);
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Where the Python side lives: the interpreter and the harness files.
+//!
+//! The harness is compiled into the binary and written out once per content hash, so a
+//! `crucible` binary copied to another machine carries the exact Python it was tested with.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The harness sources, embedded at build time.
+const HARNESS_FILES: &[(&str, &str)] = &[
+    (
+        "__init__.py",
+        include_str!("../../../python/crucible_harness/__init__.py"),
+    ),
+    (
+        "common.py",
+        include_str!("../../../python/crucible_harness/common.py"),
+    ),
+    (
+        "referee.py",
+        include_str!("../../../python/crucible_harness/referee.py"),
+    ),
+    (
+        "candidate.py",
+        include_str!("../../../python/crucible_harness/candidate.py"),
+    ),
+];
+
+/// The pinned Python requirements; the bootstrap venv is keyed by their hash.
+pub const REQUIREMENTS_LOCK: &str = include_str!("../../../python/requirements.lock");
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(
+        "no Python runtime for the judge: set CRUCIBLE_PYTHON to an interpreter with torch and \
+         triton, or run `scripts/bootstrap` to create {0}"
+    )]
+    NoPython(PathBuf),
+    #[error("CRUCIBLE_PYTHON points at {0}, which does not exist")]
+    BadPythonOverride(PathBuf),
+    #[error("cannot write the harness to {path}: {source}")]
+    Harness {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The Python interpreter and harness location every evaluation uses.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    pub python: PathBuf,
+    /// Directory to put on PYTHONPATH (holds the `crucible_harness` package).
+    pub harness_root: PathBuf,
+}
+
+/// `$CRUCIBLE_CACHE`, else `$XDG_CACHE_HOME/crucible`, else `~/.cache/crucible`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CRUCIBLE_CACHE") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("crucible");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    PathBuf::from(home).join(".cache").join("crucible")
+}
+
+fn short_hash(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+    }
+    hex(&hasher.finalize()[..8])
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The venv directory `scripts/bootstrap` creates for the current lock file.
+pub fn default_venv() -> PathBuf {
+    cache_dir().join(format!("venv-{}", short_hash(&[REQUIREMENTS_LOCK])))
+}
+
+impl Runtime {
+    /// Finds the interpreter (`CRUCIBLE_PYTHON`, else the bootstrap venv) and writes the harness.
+    pub fn discover() -> Result<Runtime, RuntimeError> {
+        let python = match std::env::var_os("CRUCIBLE_PYTHON") {
+            Some(p) => {
+                let p = PathBuf::from(p);
+                // A bare name ("python3") is looked up on PATH at spawn time.
+                if p.components().count() > 1 && !p.exists() {
+                    return Err(RuntimeError::BadPythonOverride(p));
+                }
+                p
+            }
+            None => {
+                let venv = default_venv();
+                let python = venv.join("bin").join("python");
+                if !python.exists() {
+                    return Err(RuntimeError::NoPython(venv));
+                }
+                python
+            }
+        };
+        let harness_root = write_harness(&cache_dir())?;
+        Ok(Runtime {
+            python,
+            harness_root,
+        })
+    }
+}
+
+fn write_harness(cache: &Path) -> Result<PathBuf, RuntimeError> {
+    let contents: Vec<&str> = HARNESS_FILES.iter().flat_map(|(n, c)| [*n, *c]).collect();
+    let root = cache.join(format!("harness-{}", short_hash(&contents)));
+    let package = root.join("crucible_harness");
+    if package.join("candidate.py").exists() {
+        return Ok(root);
+    }
+    let err = |source| RuntimeError::Harness {
+        path: package.clone(),
+        source,
+    };
+    // Written to a private directory first, then renamed, so concurrent judges never see a
+    // half-written harness.
+    std::fs::create_dir_all(cache).map_err(err)?;
+    let staging = tempfile::Builder::new()
+        .prefix(".harness-")
+        .tempdir_in(cache)
+        .map_err(err)?;
+    let staged_pkg = staging.path().join("crucible_harness");
+    std::fs::create_dir_all(&staged_pkg).map_err(err)?;
+    for (name, text) in HARNESS_FILES {
+        std::fs::write(staged_pkg.join(name), text).map_err(err)?;
+    }
+    let staged = staging.keep();
+    if std::fs::rename(&staged, &root).is_err() {
+        // Another judge won the race; its copy is identical.
+        let _ = std::fs::remove_dir_all(&staged);
+    }
+    Ok(root)
+}

@@ -1,0 +1,266 @@
+"""The candidate process: loads one untrusted `ModelNew`, runs it, reports what it observed.
+
+One process per evaluation, never reused. It never sees the expected outputs: it maps the
+inputs and output slots the referee shared, runs forward, and copies the outputs into the slots.
+Everything it reports is treated by the judge as a claim, not a fact.
+"""
+
+import collections
+import os
+import sys
+import traceback
+
+from crucible_harness import common
+
+CANDIDATE_MODULE = "crucible_candidate"
+
+
+class LaunchRecorder:
+    """Counts Triton launches per kernel function, wrapping the launch path at class level, so a
+    kernel that is defined but never launched shows up as missing."""
+
+    def __init__(self):
+        self.calls = collections.Counter()
+        self.compiled_names = collections.defaultdict(set)
+        self.modules = {}
+        self.autotune = {}
+
+    def install(self, triton):
+        from triton.runtime import autotuner, jit
+
+        recorder = self
+
+        def wrap_run(original):
+            def run(self, *args, **kwargs):
+                result = original(self, *args, **kwargs)
+                if not kwargs.get("warmup", False):
+                    fn = getattr(self, "fn", None)
+                    name = getattr(fn, "__name__", "?")
+                    recorder.calls[name] += 1
+                    recorder.modules[name] = getattr(fn, "__module__", "?")
+                    compiled = getattr(result, "name", None)
+                    if isinstance(compiled, str):
+                        recorder.compiled_names[name].add(compiled)
+                return result
+
+            return run
+
+        jit.JITFunction.run = wrap_run(jit.JITFunction.run)
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            from triton.runtime import interpreter
+
+            interpreter.InterpretedFunction.run = wrap_run(interpreter.InterpretedFunction.run)
+            # The interpreter has no driver to benchmark configs with ("0 active drivers").
+            # Every config then "takes" the same time and `min` keeps the first: configs[0],
+            # deterministically. The choice is recorded below.
+            autotuner.Autotuner._bench = lambda self, *args, config, **meta: [0.0, 0.0, 0.0]
+
+        original_autotune_run = autotuner.Autotuner.run
+
+        def autotune_run(self, *args, **kwargs):
+            result = original_autotune_run(self, *args, **kwargs)
+            recorder.autotune[self.base_fn.__name__] = str(self.best_config)
+            return result
+
+        autotuner.Autotuner.run = autotune_run
+
+    def report(self):
+        return [
+            {
+                "kernel": name,
+                "module": self.modules.get(name, "?"),
+                "calls": count,
+                "compiled_names": sorted(self.compiled_names.get(name, ())),
+                "autotune_config": self.autotune.get(name),
+            }
+            for name, count in sorted(self.calls.items())
+        ]
+
+
+def classify(exc, stage):
+    """Maps an exception to a failure class by type and stage, never by message text."""
+    import torch
+
+    try:
+        from triton.compiler.errors import CompilationError
+    except Exception:  # pragma: no cover - triton always imports here
+        CompilationError = ()
+    if stage == "import" and isinstance(exc, SyntaxError):
+        return "syntax_error"
+    if stage == "import" and isinstance(exc, ImportError):
+        return "import_error"
+    if isinstance(exc, CompilationError):
+        return "triton_compile_error"
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "out_of_memory"
+    if isinstance(exc, torch.AcceleratorError):
+        return "cuda_error"
+    return "runtime_error"
+
+
+def describe(exc, path=None):
+    """The exception plus the traceback frames from the candidate's own file: those are what a
+    model can act on."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in tb if path and f.filename == path]
+    lines = "".join(traceback.format_list(own or tb[-3:]))
+    return f"{type(exc).__name__}: {exc}\n{lines}".strip()
+
+
+class Candidate:
+    def __init__(self, torch, chan, recorder):
+        self.torch = torch
+        self.chan = chan
+        self.recorder = recorder
+        self.model = None
+        self.path = None
+
+    def load(self, msg):
+        torch = self.torch
+        self.device = msg["device"]
+        self.path = msg["candidate_path"]
+        try:
+            module = common.load_module(msg["candidate_path"], CANDIDATE_MODULE, "full")
+        except BaseException as exc:  # SystemExit from a hostile import is the candidate's fault too
+            return {"ok": False, "stage": "import", "class": classify(exc, "import"), "message": describe(exc, self.path)}
+        model_cls = getattr(module, "ModelNew", None)
+        if not isinstance(model_cls, type):
+            return {
+                "ok": False,
+                "stage": "import",
+                "class": "missing_model_new",
+                "message": "the file defines no class `ModelNew`; define `class ModelNew(nn.Module)` "
+                "with the same constructor arguments as `Model`",
+            }
+        init_inputs = common.b64_unpickle(msg["init_inputs"])
+        try:
+            with common.device_context(torch, self.device):
+                common.seed_all(torch, msg["init_seed"])
+                self.model = model_cls(*init_inputs)
+                if isinstance(self.model, torch.nn.Module):
+                    self.model = self.model.to(self.device)
+        except BaseException as exc:
+            return {"ok": False, "stage": "init", "class": classify(exc, "init"), "message": describe(exc, self.path)}
+        return {"ok": True}
+
+    def open_payload(self, payload):
+        desc = common.b64_unpickle(payload)
+        inputs = []
+        for item in desc["inputs"]:
+            if "tensor" in item:
+                tensor, _host = common.open_shared(self.torch, item["tensor"])
+                inputs.append(tensor)
+            else:
+                inputs.append(item["value"])
+        slots = [(common.open_shared(self.torch, o["desc"]), o) for o in desc["outputs"]]
+        return inputs, slots
+
+    def sync(self):
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def run(self, msg):
+        torch = self.torch
+        inputs, slots = self.open_payload(msg["payload"])
+        input_ptrs = {x.data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()}
+        try:
+            with torch.no_grad():
+                out = self.model(*inputs)
+            self.sync()
+        except BaseException as exc:
+            return {"ok": False, "stage": msg["stage"], "class": classify(exc, "run"), "message": describe(exc, self.path)}
+        outputs = common.as_output_list(torch, out)
+        meta = []
+        for j, value in enumerate(outputs):
+            entry = {"index": j, "type": f"{type(value).__module__}.{type(value).__qualname__}"}
+            if isinstance(value, torch.Tensor):
+                entry.update(
+                    shape=list(value.shape),
+                    dtype=str(value.dtype),
+                    device=str(value.device),
+                    aliases_input=value.numel() > 0 and value.data_ptr() in input_ptrs,
+                )
+            meta.append(entry)
+        problem = None
+        if len(outputs) != len(slots):
+            problem = f"forward returned {len(outputs)} outputs; the reference returns {len(slots)}"
+        for j, (value, ((slot, host), spec)) in enumerate(zip(outputs, slots)):
+            if problem:
+                break
+            if type(value) is not torch.Tensor:
+                problem = f"output {j} is a {meta[j]['type']}; it must be exactly torch.Tensor"
+            elif list(value.shape) != spec["shape"]:
+                problem = f"output {j} has shape {list(value.shape)}; expected {spec['shape']}"
+            elif str(value.dtype) != spec["dtype"]:
+                problem = f"output {j} has dtype {value.dtype}; expected {spec['dtype']}"
+            elif str(value.device) != str(slot.device):
+                problem = f"output {j} is on {value.device}; expected {slot.device}"
+            else:
+                slot.copy_(value)
+                if host is not None:
+                    host.copy_(slot)
+        self.sync()
+        return {"ok": True, "meta": meta, "problem": problem, "launches": self.recorder.report()}
+
+    def time(self, msg):
+        inputs, _slots = self.open_payload(msg["payload"])
+        samples = common.time_forward(
+            self.torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device
+        )
+        return {"ok": True, "samples_ms": samples}
+
+    def profile(self, msg):
+        """One profiled forward: GPU time per kernel name, from the profiler's device records."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs, _slots = self.open_payload(msg["payload"])
+        with torch.no_grad():
+            self.model(*inputs)  # warm: compilation and autotuning stay out of the profile
+            self.sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                self.model(*inputs)
+                self.sync()
+        kernels = collections.defaultdict(lambda: [0, 0.0])
+        for event in prof.events():
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            entry = kernels[event.name]
+            entry[0] += 1
+            entry[1] += event.device_time
+        return {
+            "ok": True,
+            "kernels": [{"name": n, "calls": c, "gpu_time_us": t} for n, (c, t) in sorted(kernels.items())],
+            "launches": self.recorder.report(),
+        }
+
+
+def main():
+    chan = common.Channel()
+    import torch
+    import triton
+
+    recorder = LaunchRecorder()
+    recorder.install(triton)
+    candidate = Candidate(torch, chan, recorder)
+    chan.send({"ok": True, "ready": True})
+    handlers = {"load": candidate.load, "run": candidate.run, "time": candidate.time, "profile": candidate.profile}
+    while True:
+        msg = chan.recv()
+        op = msg.get("op")
+        if op == "exit":
+            return
+        try:
+            reply = handlers[op](msg)
+        except BaseException as exc:
+            reply = {
+                "ok": False,
+                "stage": msg.get("stage", op),
+                "class": classify(exc, op),
+                "message": describe(exc, candidate.path),
+            }
+        chan.send(reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

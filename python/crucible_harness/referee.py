@@ -1,0 +1,219 @@
+"""The referee: builds the reference, draws the inputs, holds the expected outputs, compares.
+
+It is trusted and never runs candidate code. The judge (Rust) drives it over fd 3, one request at
+a time; every reply is `{"ok": true, ...}` or `{"ok": false, "error": ...}` (an infrastructure or
+task fault, never the candidate's).
+"""
+
+import sys
+import traceback
+
+from crucible_harness import common
+
+
+class Referee:
+    def __init__(self, torch, chan):
+        self.torch = torch
+        self.chan = chan
+        self.trials = {}  # trial index -> (inputs, pristine inputs, expected, shared descriptors)
+
+    def init(self, msg):
+        torch = self.torch
+        self.device = msg["device"]
+        self.transport = msg["transport"]
+        self.scratch = msg["scratch"]
+        self.tolerance = msg["tolerance"]
+        profile = msg["profile"]
+        if profile == "auto":
+            # Small sizes on the CPU (the Triton interpreter is slow), the file as written on a GPU.
+            has_small = "small" in (getattr(common.peek_profiles(msg["task_path"]), "keys", lambda: [])())
+            profile = "small" if self.device == "cpu" and has_small else "full"
+        self.profile = profile
+        self.module = common.load_module(msg["task_path"], "crucible_task", profile)
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(self.module, name):
+                raise AttributeError(f"task file defines no `{name}`")
+        with common.device_context(torch, self.device):
+            init_inputs = list(self.module.get_init_inputs())
+            common.seed_all(torch, msg["init_seed"])
+            # No .eval(): KernelBench runs the reference in the module's default mode.
+            self.model = self.module.Model(*init_inputs).to(self.device)
+        return {
+            "env": common.env_info(torch, self.device),
+            "init_inputs": common.b64_pickle(init_inputs),
+            "profile": self.profile,
+        }
+
+    def draw_inputs(self, seed):
+        torch = self.torch
+        common.seed_all(torch, seed)
+        with common.device_context(torch, self.device):
+            return list(self.module.get_inputs())
+
+    def prepare(self, msg):
+        """Draws fresh inputs for one trial, computes the expected outputs, and shares the inputs
+        plus NaN-poisoned output slots with the candidate."""
+        torch = self.torch
+        index = msg["trial"]
+        inputs = self.draw_inputs(msg["seed"])
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        with torch.no_grad():
+            expected = common.as_output_list(torch, self.model(*inputs))
+        for out in expected:
+            if type(out) is not torch.Tensor:
+                raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        shared_inputs, input_descs = [], []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                desc = common.share_tensor(torch, x, self.transport, self.scratch, f"t{index}_in{i}")
+                shared_inputs.append(desc)
+                input_descs.append({"tensor": common.public_desc(desc)})
+            else:
+                shared_inputs.append(None)
+                input_descs.append({"value": x})
+        slots, slot_descs = [], []
+        for j, exp in enumerate(expected):
+            slot = torch.full_like(exp, float("nan")) if exp.is_floating_point() else torch.full_like(exp, -123457)
+            desc = common.share_tensor(torch, slot, self.transport, self.scratch, f"t{index}_out{j}")
+            slots.append((slot, desc))
+            slot_descs.append({"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": str(exp.dtype)})
+        self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
+        payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
+        return {"payload": payload}
+
+    def _slot_value(self, slot, desc):
+        if desc["kind"] == "shm":
+            mapped = desc["mapped"][: desc["numel"]].view(desc["shape"])
+            return mapped.to(self.device)
+        return slot
+
+    def _shared_input_value(self, x, desc):
+        if desc is None or desc["kind"] != "shm" or not self.device == "cpu":
+            return x
+        return desc["mapped"][: desc["numel"]].view(desc["shape"])
+
+    def check(self, msg):
+        """Compares the candidate's outputs (already in the shared slots) with the expected ones."""
+        torch = self.torch
+        index = msg["trial"]
+        inputs, pristine, expected, shared_inputs, slots = self.trials.pop(index)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        outputs, problems = [], []
+        for j, (exp, (slot, desc)) in enumerate(zip(expected, slots)):
+            half = exp.dtype in (torch.float16, torch.bfloat16)
+            atol, rtol = self.tolerance["half" if half else "fp32"]
+            got = self._slot_value(slot, desc)
+            stats, problem = compare(torch, exp, got, atol, rtol)
+            stats["index"] = j
+            outputs.append(stats)
+            if problem:
+                problems.append(f"output {j}: {problem}")
+        mutated = []
+        for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs)):
+            if isinstance(orig, torch.Tensor):
+                now = self._shared_input_value(x, desc)
+                if not torch.equal(now, orig):
+                    mutated.append(i)
+        return {"passed": not problems, "outputs": outputs, "problems": problems, "mutated_inputs": mutated}
+
+    def time_reference(self, msg):
+        torch = self.torch
+        inputs = self.draw_inputs(msg["seed"])
+        with torch.no_grad():
+            samples = common.time_forward(
+                torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device
+            )
+        return {"samples_ms": samples}
+
+    def prepare_timing(self, msg):
+        """Shares one input set for the candidate's timed phase (no expected outputs needed)."""
+        return self.prepare(msg)
+
+
+def compare(torch, expected, got, atol, rtol):
+    """Per-output error statistics; the candidate's shape and dtype were checked by the slot copy."""
+    stats = {
+        "shape": list(expected.shape),
+        "dtype": str(expected.dtype).removeprefix("torch."),
+        "numel": expected.numel(),
+        "max_abs": 0.0,
+        "mean_abs": 0.0,
+        "max_rel": 0.0,
+        "mean_rel": 0.0,
+        "mismatched": 0,
+    }
+    if expected.numel() == 0:
+        return stats, None
+    exp = expected.detach().to(torch.float64)
+    act = got.detach().to(torch.float64)
+    exp_finite = torch.isfinite(exp)
+    act_finite = torch.isfinite(act)
+    # NaN/Inf where the reference has none fails; where the reference has them, they must match.
+    bad_nonfinite = (exp_finite & ~act_finite) | (~exp_finite & ~(act.eq(exp) | (exp.isnan() & act.isnan())))
+    diff = (act - exp).abs()
+    diff = torch.where(exp_finite & act_finite, diff, torch.zeros_like(diff))
+    rel = diff / exp.abs().clamp_min(1e-12)
+    within = diff <= atol + rtol * exp.abs()
+    mismatched = (~within & exp_finite & act_finite) | bad_nonfinite
+    stats.update(
+        max_abs=diff.max().item(),
+        mean_abs=diff.mean().item(),
+        max_rel=rel.max().item(),
+        mean_rel=rel.mean().item(),
+        mismatched=int(mismatched.sum().item()),
+    )
+    if bad_nonfinite.any():
+        count = int(bad_nonfinite.sum().item())
+        if not act_finite.all() and act.isnan().all():
+            return stats, "every element is NaN (was the output written at all?)"
+        return stats, f"{count} elements are NaN/Inf where the reference is finite (or the reverse)"
+    if stats["mismatched"]:
+        where = mismatched.reshape(-1).nonzero()[0].item()
+        idx = unravel(where, expected.shape)
+        return stats, (
+            f"{stats['mismatched']} of {stats['numel']} elements differ beyond atol={atol}, rtol={rtol}; "
+            f"max abs error {stats['max_abs']:.6g}; first at index {idx}: "
+            f"expected {exp.reshape(-1)[where].item():.6g}, got {act.reshape(-1)[where].item():.6g}"
+        )
+    return stats, None
+
+
+def unravel(flat, shape):
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return tuple(reversed(idx))
+
+
+def main():
+    chan = common.Channel()
+    import torch
+
+    referee = Referee(torch, chan)
+    chan.send({"ok": True, "ready": True})
+    handlers = {
+        "init": referee.init,
+        "prepare": referee.prepare,
+        "check": referee.check,
+        "time_reference": referee.time_reference,
+        "prepare_timing": referee.prepare_timing,
+    }
+    while True:
+        msg = chan.recv()
+        op = msg.get("op")
+        if op == "exit":
+            return
+        try:
+            reply = handlers[op](msg)
+            reply["ok"] = True
+        except Exception as exc:
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        chan.send(reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
