@@ -80,22 +80,31 @@ class LaunchRecorder:
 def classify(exc, stage):
     """Maps an exception to a failure class by type and stage, never by message text."""
     import torch
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import InterpreterError
 
-    try:
-        from triton.compiler.errors import CompilationError
-    except Exception:  # pragma: no cover - triton always imports here
-        CompilationError = ()
     if stage == "import" and isinstance(exc, SyntaxError):
         return "syntax_error"
     if stage == "import" and isinstance(exc, ImportError):
         return "import_error"
     if isinstance(exc, CompilationError):
         return "triton_compile_error"
-    if isinstance(exc, torch.OutOfMemoryError):
+    if isinstance(exc, InterpreterError) and raised_by_triton_frontend(exc.__cause__):
+        # The interpreter has no compile step: what the compiler would reject (non-power-of-2
+        # ranges, bad types) surfaces here as an error from triton.language's checks.
+        return "triton_compile_error"
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return "out_of_memory"
     if isinstance(exc, torch.AcceleratorError):
         return "cuda_error"
     return "runtime_error"
+
+
+def raised_by_triton_frontend(exc):
+    if exc is None or exc.__traceback__ is None:
+        return False
+    innermost = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{os.sep}triton{os.sep}language{os.sep}" in innermost.filename
 
 
 def describe(exc, path=None):

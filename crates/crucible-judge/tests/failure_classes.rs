@@ -1,0 +1,207 @@
+//! Every failure class, and every runtime hack defense that works on the CPU, caused by a real
+//! candidate file in a real candidate process (Triton interpreter, CPU tensors).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crucible_judge::{EvalConfig, Runtime, StageLimits, evaluate};
+use crucible_result::{EvalResult, FailureClass, Severity, Verdict};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn runtime() -> Runtime {
+    Runtime::discover().expect("the judge's Python runtime (run scripts/bootstrap)")
+}
+
+fn judge_with(task: &str, candidate: &str, cfg: &EvalConfig) -> EvalResult {
+    let (task, candidate) = (fixture(task), fixture(candidate));
+    let task_src = std::fs::read(&task).expect("task fixture");
+    let candidate_src = std::fs::read(&candidate).expect("candidate fixture");
+    evaluate(&runtime(), &task, &task_src, &candidate, &candidate_src, cfg)
+}
+
+fn judge(candidate: &str) -> EvalResult {
+    let mut cfg = EvalConfig::new("cpu");
+    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(30));
+    judge_with("task_relu.py", candidate, &cfg)
+}
+
+fn assert_failure(result: &EvalResult, verdict: Verdict, class: FailureClass) {
+    let failure = result.failure.as_ref().unwrap_or_else(|| {
+        panic!("expected {class:?}, got {:?} with no failure", result.verdict)
+    });
+    assert_eq!(
+        (result.verdict, failure.class),
+        (verdict, class),
+        "{failure:#?}"
+    );
+    assert!(!result.correct);
+    assert!(!failure.message.is_empty(), "a failure needs a diagnostic");
+}
+
+fn has_finding(result: &EvalResult, code: &str, severity: Severity) -> bool {
+    result
+        .findings
+        .iter()
+        .any(|f| f.code == code && f.severity == severity)
+}
+
+#[test]
+fn honest_candidate_is_correct_with_seeds_and_no_timing() {
+    let result = judge("honest_relu.py");
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert!(result.correct);
+    assert_eq!(result.trials.len(), 5);
+    assert!(result.trials.iter().all(|t| t.passed));
+    assert_eq!(result.seeds.trials.len(), 5);
+    assert!(result.timing.is_none() && result.speedup.is_none());
+    assert!(result.timing_skipped.as_deref().unwrap_or("").contains("interpreter"));
+    assert_eq!(result.size_profile, "small");
+    assert!(result.env.triton_interpret);
+    // Autotune under the interpreter picks the first config and says so.
+    let launch = &result.launches[0];
+    assert_eq!(launch.kernel, "relu_kernel");
+    assert!(launch.autotune_config.as_deref().unwrap_or("").contains("BLOCK: 128"));
+}
+
+#[test]
+fn seed_replays_an_evaluation_exactly() {
+    let mut cfg = EvalConfig::new("cpu");
+    cfg.seed = Some(1234);
+    let a = judge_with("task_relu.py", "wrong_relu.py", &cfg);
+    let b = judge_with("task_relu.py", "wrong_relu.py", &cfg);
+    assert_eq!(a.seeds, b.seeds);
+    assert_eq!(a.trials, b.trials, "same seed, same inputs, same errors");
+}
+
+#[test]
+fn wrong_values_are_incorrect_with_error_statistics() {
+    let result = judge("wrong_relu.py");
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+    let trial = &result.trials[0];
+    assert!(!trial.passed);
+    assert!(trial.outputs[0].max_abs > 0.1);
+    assert!(trial.outputs[0].mismatched > 0);
+    assert!(trial.message.as_deref().unwrap_or("").contains("differ"));
+}
+
+#[test]
+fn wrong_shape_is_incorrect() {
+    let result = judge("wrong_shape.py");
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+    assert!(result.failure.unwrap().message.contains("shape"));
+}
+
+#[test]
+fn tensor_subclass_output_is_incorrect() {
+    let result = judge("tensor_subclass.py");
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+    assert!(result.failure.unwrap().message.contains("exactly torch.Tensor"));
+}
+
+#[test]
+fn syntax_error_is_a_compile_error() {
+    let result = judge("syntax_error.py");
+    assert_failure(&result, Verdict::CompileError, FailureClass::SyntaxError);
+}
+
+#[test]
+fn import_error_is_a_compile_error() {
+    let result = judge("import_error.py");
+    assert_failure(&result, Verdict::CompileError, FailureClass::ImportError);
+    assert!(result.failure.unwrap().message.contains("triton_extra_fast_ops"));
+}
+
+#[test]
+fn missing_model_new_is_a_compile_error() {
+    let result = judge("missing_model_new.py");
+    assert_failure(&result, Verdict::CompileError, FailureClass::MissingModelNew);
+}
+
+#[test]
+fn triton_rejected_kernel_is_a_compile_error() {
+    let result = judge("compile_error.py");
+    assert_failure(&result, Verdict::CompileError, FailureClass::TritonCompileError);
+}
+
+#[test]
+fn exception_in_forward_is_a_runtime_error() {
+    let result = judge("runtime_error.py");
+    assert_failure(&result, Verdict::RuntimeError, FailureClass::RuntimeError);
+    assert_eq!(result.failure.unwrap().stage, "trial_0");
+}
+
+#[test]
+fn out_of_memory_is_a_runtime_error() {
+    let result = judge("out_of_memory.py");
+    assert_failure(&result, Verdict::RuntimeError, FailureClass::OutOfMemory);
+}
+
+#[test]
+fn infinite_loop_times_out_in_its_stage() {
+    let mut cfg = EvalConfig::new("cpu");
+    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(3));
+    let result = judge_with("task_relu.py", "infinite_loop.py", &cfg);
+    assert_failure(&result, Verdict::Timeout, FailureClass::Timeout);
+    assert_eq!(result.failure.unwrap().stage, "trial_0");
+}
+
+#[test]
+fn segfault_is_a_crash_with_the_signal() {
+    let result = judge("segfault.py");
+    assert_failure(&result, Verdict::Crashed, FailureClass::Crashed);
+    assert!(result.failure.unwrap().message.contains("SIGSEGV"));
+}
+
+#[test]
+fn os_exit_is_a_crash() {
+    let result = judge("os_exit.py");
+    assert_failure(&result, Verdict::Crashed, FailureClass::Crashed);
+    assert!(result.failure.unwrap().message.contains("exited with status 0"));
+}
+
+#[test]
+fn broken_task_is_an_infra_error_not_the_candidates() {
+    let result = judge_with("broken_task.py", "honest_relu.py", &EvalConfig::new("cpu"));
+    assert_failure(&result, Verdict::InfraError, FailureClass::InfraError);
+    assert!(result.failure.unwrap().message.contains("undefined_scale"));
+}
+
+#[test]
+fn decoy_kernel_with_torch_doing_the_work_is_rejected() {
+    let result = judge("decoy_kernel.py");
+    assert_eq!(result.verdict, Verdict::Rejected, "{:#?}", result.failure);
+    assert!(has_finding(&result, "no-triton-launch", Severity::Reject));
+}
+
+#[test]
+fn fake_result_lines_on_stdout_are_only_log_text() {
+    let result = judge("fake_stdout.py");
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+}
+
+#[test]
+fn input_mutation_is_rejected() {
+    let result = judge("input_mutation.py");
+    assert_eq!(result.verdict, Verdict::Rejected, "{:#?}", result.failure);
+    assert!(has_finding(&result, "input-mutated", Severity::Reject));
+}
+
+#[test]
+fn returning_the_input_is_rejected() {
+    let result = judge("output_alias.py");
+    assert_eq!(result.verdict, Verdict::Rejected, "{:#?}", result.failure);
+    assert!(has_finding(&result, "output-aliases-input", Severity::Reject));
+}
+
+#[test]
+fn a_crash_does_not_affect_the_next_evaluation() {
+    let crashed = judge("segfault.py");
+    assert_eq!(crashed.verdict, Verdict::Crashed);
+    let next = judge("honest_relu.py");
+    assert_eq!(next.verdict, Verdict::Correct, "{:#?}", next.failure);
+}

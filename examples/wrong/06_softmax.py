@@ -1,0 +1,30 @@
+# WRONG: the numerator is max-shifted but the denominator sums the unshifted exp(x), so rows are off by exp(-max).
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, N, stride_row, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    offs = row.to(tl.int64) * stride_row + cols
+    x = tl.load(x_ptr + offs, mask=mask, other=float("-inf"))
+    num = tl.exp(x - tl.max(x, axis=0))
+    den = tl.sum(tl.exp(x), axis=0)
+    tl.store(y_ptr + offs, num / den, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        x = x.contiguous()
+        M, N = x.shape
+        y = torch.empty_like(x)
+        BLOCK_N = triton.next_power_of_2(N)
+        softmax_kernel[(M,)](x, y, N, x.stride(0), BLOCK_N=BLOCK_N, num_warps=8 if BLOCK_N >= 2048 else 4)
+        return y

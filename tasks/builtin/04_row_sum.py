@@ -1,0 +1,26 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Sum over the last dimension: (B, N) -> (B,)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+
+
+batch_size = 8192
+dim = 8192
+
+PROFILES = {"small": {"batch_size": 8, "dim": 100}}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

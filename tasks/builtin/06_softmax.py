@@ -1,0 +1,26 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Softmax over the last dimension."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+batch_size = 8192
+dim = 4096
+
+PROFILES = {"small": {"batch_size": 8, "dim": 64}}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 4]
+
+
+def get_init_inputs():
+    return []
