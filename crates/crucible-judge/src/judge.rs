@@ -132,6 +132,8 @@ pub struct EvalConfig {
     pub limits: StageLimits,
     pub transport: Transport,
     pub sandbox: Option<Sandbox>,
+    /// Draw inputs on the CPU and copy them over, as KernelBench does (only to measure it).
+    pub inputs_on_host: bool,
 }
 
 impl EvalConfig {
@@ -146,6 +148,7 @@ impl EvalConfig {
             limits: StageLimits::for_device(device),
             transport: Transport::Auto,
             sandbox: Some(Sandbox::default()),
+            inputs_on_host: false,
         }
     }
 
@@ -584,6 +587,7 @@ fn run_started(
                 "transport": cfg.transport_name(),
                 "scratch": referee_dir,
                 "init_seed": seeds.init,
+                "inputs_on_host": cfg.inputs_on_host,
                 "tolerance": {"fp32": [tol, tol], "half": [1e-2, 1e-2]},
             }),
             cfg.limits.load + cfg.limits.trial,
@@ -689,24 +693,20 @@ fn run_started(
         let phase = Instant::now();
         let timed = candidate_call(candidate, "timing", msg, cfg.limits.timing)?;
         let phase_wall_s = phase.elapsed().as_secs_f64();
-        let reference = samples(&reference)?;
         let candidate_samples = samples(&timed)?;
         Ok((reference, candidate_samples, phase_wall_s, prepared["payload"].clone()))
     })?;
-    let (reference, candidate_samples, phase_wall_s, payload) = timing;
-    let claimed_s: f64 = candidate_samples.iter().sum::<f64>() / 1e3;
-    if claimed_s > phase_wall_s {
-        eval.findings.push(Finding {
-            code: "timing-contradiction".into(),
-            severity: Severity::Reject,
-            message: format!(
-                "the timed iterations claim {claimed_s:.6} s in total, but the judge measured the \
-                 whole timed phase from outside at {phase_wall_s:.6} s"
-            ),
-            line: None,
-            column: None,
-        });
-    }
+    let (reference_reply, candidate_samples, phase_wall_s, payload) = timing;
+    let reference = samples(&reference_reply)?;
+    eval.findings.extend(timing_findings(&TimingEvidence {
+        reference: &reference,
+        reference_phase_s: reference_reply["phase_s"].as_f64().unwrap_or(f64::NAN),
+        candidate: &candidate_samples,
+        candidate_phase_s: phase_wall_s,
+        warmup: timing_cfg.warmup,
+        io_bytes: reference_reply["io_bytes"].as_f64().unwrap_or(0.0),
+        device_name: eval.env.device_name.as_deref().unwrap_or(""),
+    }));
     let (Some(reference), Some(candidate_stats)) = (
         Stats::from_samples(&reference),
         Stats::from_samples(&candidate_samples),
@@ -750,6 +750,93 @@ fn run_started(
     }
     *profile_out = Some(profile);
     Ok(())
+}
+
+/// What the judge knows about one timed comparison, from outside the candidate process.
+struct TimingEvidence<'a> {
+    reference: &'a [f64],
+    /// Wall time of the referee's timed phase (warm-up plus timed iterations).
+    reference_phase_s: f64,
+    candidate: &'a [f64],
+    /// Wall time of the candidate's timed phase, measured by this process.
+    candidate_phase_s: f64,
+    warmup: u32,
+    io_bytes: f64,
+    device_name: &'a str,
+}
+
+/// Peak memory bandwidth in bytes/s by device name; unknown devices get a bound no GPU reaches
+/// yet, so the floor check never fires falsely.
+fn peak_bandwidth(device_name: &str) -> f64 {
+    let name = device_name.to_ascii_uppercase();
+    if name.contains("H200") {
+        4.8e12
+    } else if name.contains("H100") {
+        3.35e12
+    } else if name.contains("A100") {
+        2.04e12
+    } else if name.contains("B200") {
+        8.0e12
+    } else {
+        10.0e12
+    }
+}
+
+/// Cross-checks the candidate's own event timings against the judge's outside view.
+fn timing_findings(t: &TimingEvidence<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let finding = |code: &str, severity, message: String| Finding {
+        code: code.into(),
+        severity,
+        message,
+        line: None,
+        column: None,
+    };
+    let sum_ms = |s: &[f64]| s.iter().sum::<f64>();
+    let median = |s: &[f64]| Stats::from_samples(s).map(|s| s.median_ms).unwrap_or(0.0);
+    let claimed_s = sum_ms(t.candidate) / 1e3;
+    if claimed_s > t.candidate_phase_s {
+        findings.push(finding(
+            "timing-contradiction",
+            Severity::Reject,
+            format!(
+                "the timed iterations claim {claimed_s:.6} s in total, but the judge measured the \
+                 whole timed phase from outside at {:.6} s",
+                t.candidate_phase_s
+            ),
+        ));
+    }
+    // The referee's phase has the same shape (warm-up, flush, forward, sync), so its wall time
+    // minus its own kernel time is the loop's fixed cost. What is left of the candidate's wall
+    // time after that cost, per iteration, is an outside estimate of its forward time.
+    let iterations = (t.candidate.len() as u32 + t.warmup) as f64;
+    let reference_work_s = (sum_ms(t.reference) + f64::from(t.warmup) * median(t.reference)) / 1e3;
+    let loop_cost_s = (t.reference_phase_s - reference_work_s).max(0.0);
+    let outside_ms = (t.candidate_phase_s - loop_cost_s).max(0.0) / iterations * 1e3;
+    let claimed_ms = median(t.candidate);
+    if t.reference_phase_s.is_finite() && outside_ms > 2.0 * claimed_ms + 0.05 {
+        findings.push(finding(
+            "timing-contradiction",
+            Severity::Reject,
+            format!(
+                "the candidate's own timer reports a median of {claimed_ms:.4} ms per forward, \
+                 but measured from outside its timed phase takes {outside_ms:.4} ms per \
+                 iteration; do not touch timers, events or streams"
+            ),
+        ));
+    }
+    let floor_ms = t.io_bytes / peak_bandwidth(t.device_name) * 1e3;
+    if claimed_ms < floor_ms {
+        findings.push(finding(
+            "below-bandwidth-floor",
+            Severity::Flag,
+            format!(
+                "a median of {claimed_ms:.4} ms is below {floor_ms:.4} ms, the time needed just to \
+                 read the inputs and write the outputs once at peak memory bandwidth"
+            ),
+        ));
+    }
+    findings
 }
 
 fn samples(reply: &Value) -> Result<Vec<f64>, Stop> {

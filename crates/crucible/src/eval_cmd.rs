@@ -59,6 +59,9 @@ pub struct EvalArgs {
     /// How tensors travel between referee and candidate: auto, shm, cuda-ipc.
     #[arg(long, default_value = "auto", value_parser = ["auto", "shm", "cuda-ipc"])]
     transport: String,
+    /// Draw inputs on the CPU and copy them to the device, as KernelBench does (to measure it).
+    #[arg(long, hide = true)]
+    inputs_on_host: bool,
     /// Run the candidate without the sandbox (debugging only).
     #[arg(long)]
     no_sandbox: bool,
@@ -105,6 +108,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
     if args.no_sandbox {
         cfg.sandbox = None;
     }
+    cfg.inputs_on_host = args.inputs_on_host;
     Ok(cfg)
 }
 
@@ -275,7 +279,7 @@ fn fmt_opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
     value.map(f).unwrap_or_else(|| "-".into())
 }
 
-fn print_table(results: &[EvalResult]) {
+pub fn print_table(results: &[EvalResult]) {
     println!(
         "{:<40} {:<14} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8}",
         "task", "verdict", "speedup", "coverage", "ref ms", "cand ms", "cv", "wall s"

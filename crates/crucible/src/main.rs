@@ -1,6 +1,8 @@
 //! `crucible`: thin glue that parses arguments and wires the library crates together.
 
+mod bench_cmd;
 mod eval_cmd;
+mod report_cmd;
 mod rl_cmd;
 mod verify_cmd;
 
@@ -17,6 +19,10 @@ struct Cli {
 enum Command {
     /// Evaluate candidate solutions against KernelBench-format tasks.
     Eval(eval_cmd::EvalArgs),
+    /// Measure the judge's own overhead per evaluation, by stage.
+    BenchOverhead(bench_cmd::BenchArgs),
+    /// Print the table of earlier results (JSON lines written by `eval --out`).
+    Report(report_cmd::ReportArgs),
     /// Run the static verifier on candidate files.
     Verify(verify_cmd::VerifyArgs),
     /// Print the reward of one judge result.
@@ -26,6 +32,11 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    // Die quietly on a closed pipe (`crucible ... | head`), like other Unix tools.
+    // SAFETY: resetting a signal disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CRUCIBLE_LOG")
@@ -36,6 +47,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Eval(args) => eval_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
+        Command::BenchOverhead(args) => bench_cmd::run(args),
         Command::Verify(args) => verify_cmd::run(args),
         Command::Reward(args) => rl_cmd::run_reward(args),
         Command::Advantages(args) => rl_cmd::run_advantages(args),
