@@ -177,7 +177,13 @@ class Candidate:
                 out = self.model(*inputs)
             self.sync()
         except BaseException as exc:
-            return {"ok": False, "stage": msg["stage"], "class": classify(exc, "run"), "message": describe(exc, self.path)}
+            reply = {"ok": False, "stage": msg["stage"], "class": classify(exc, "run"), "message": describe(exc, self.path)}
+            if reply["class"] == "cuda_error":
+                # A sticky CUDA error aborts the process when the next tensor is freed, which
+                # would lose this diagnostic: report now, then leave without cleanup.
+                self.chan.send(reply)
+                os._exit(0)
+            return reply
         outputs = common.as_output_list(torch, out)
         meta = []
         for j, value in enumerate(outputs):
@@ -236,7 +242,7 @@ class Candidate:
                 continue
             entry = kernels[event.name]
             entry[0] += 1
-            entry[1] += event.device_time
+            entry[1] += event.time_range.elapsed_us()
         return {
             "ok": True,
             "kernels": [{"name": n, "calls": c, "gpu_time_us": t} for n, (c, t) in sorted(kernels.items())],
@@ -252,6 +258,15 @@ def main():
     recorder = LaunchRecorder()
     recorder.install(triton)
     candidate = Candidate(torch, chan, recorder)
+    device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
+    if device.startswith("cuda"):
+        # Bring the device up before any candidate code runs: a failure here is the machine's
+        # (or the sandbox's), never the candidate's, and the context start overlaps the referee's.
+        try:
+            torch.empty(1, device=device)
+        except Exception as exc:
+            chan.send({"ok": False, "error": f"cannot use {device} in the candidate process: {exc}"})
+            return 1
     chan.send({"ok": True, "ready": True})
     handlers = {"load": candidate.load, "run": candidate.run, "time": candidate.time, "profile": candidate.profile}
     while True:

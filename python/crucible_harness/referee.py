@@ -5,6 +5,7 @@ a time; every reply is `{"ok": true, ...}` or `{"ok": false, "error": ...}` (an 
 task fault, never the candidate's).
 """
 
+import os
 import sys
 import traceback
 
@@ -205,6 +206,13 @@ def main():
     import torch
 
     referee = Referee(torch, chan)
+    device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
+    if device.startswith("cuda"):
+        try:
+            torch.empty(1, device=device)
+        except Exception as exc:
+            chan.send({"ok": False, "error": f"cannot use {device} in the referee: {exc}"})
+            return 1
     chan.send({"ok": True, "ready": True})
     handlers = {
         "init": referee.init,

@@ -9,9 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crucible_result::{
-    EvalResult, Failure, FailureClass, FileRef, Finding, KernelTime, Launch, OutputError,
-    Profile, SCHEMA, Seeds, Severity, Stage, StageStatus, Stats, Timing, Tolerance, Trial,
-    Verdict,
+    EvalResult, Failure, FailureClass, FileRef, Finding, KernelTime, Launch, OutputError, Profile,
+    SCHEMA, Seeds, Severity, Stage, StageStatus, Stats, Timing, Tolerance, Trial, Verdict,
 };
 use serde_json::{Value, json};
 
@@ -134,6 +133,8 @@ pub struct EvalConfig {
     pub sandbox: Option<Sandbox>,
     /// Draw inputs on the CPU and copy them over, as KernelBench does (only to measure it).
     pub inputs_on_host: bool,
+    /// Static verifier policy for the first stage; `None` skips it (to test runtime defenses).
+    pub verify_policy: Option<crucible_verify::Policy>,
 }
 
 impl EvalConfig {
@@ -149,6 +150,7 @@ impl EvalConfig {
             transport: Transport::Auto,
             sandbox: Some(Sandbox::default()),
             inputs_on_host: false,
+            verify_policy: Some(crucible_verify::Policy::default()),
         }
     }
 
@@ -346,6 +348,7 @@ fn harness_env(runtime: &Runtime, cfg: &EvalConfig, home: &Path) -> Vec<(String,
             home.join("triton").display().to_string(),
         ),
         ("TMPDIR".into(), home.display().to_string()),
+        ("CRUCIBLE_DEVICE".into(), cfg.device.clone()),
     ];
     // Only what the runtimes need to find their libraries and devices; tokens, queue URLs
     // and the rest of the judge's environment never reach the harness.
@@ -398,14 +401,16 @@ pub fn evaluate(
     };
     let mut timing = None;
     let mut profile = None;
-    let outcome = run(
-        &mut eval,
-        task_path,
-        candidate_src,
-        &seeds,
-        &mut timing,
-        &mut profile,
-    );
+    let outcome = verify_stage(&mut eval, candidate_src).and_then(|()| {
+        run(
+            &mut eval,
+            task_path,
+            candidate_src,
+            &seeds,
+            &mut timing,
+            &mut profile,
+        )
+    });
     let failure = match outcome {
         Ok(()) => None,
         Err(Stop::Candidate(failure)) => Some(failure),
@@ -485,6 +490,51 @@ pub fn evaluate(
     }
 }
 
+/// The static verifier, before any process starts: a `reject` ends the evaluation here.
+fn verify_stage(eval: &mut Evaluation<'_>, candidate_src: &[u8]) -> Result<(), Stop> {
+    let Some(policy) = eval.cfg.verify_policy.as_ref() else {
+        return Ok(());
+    };
+    eval.stage("verify", |eval| {
+        let Ok(source) = std::str::from_utf8(candidate_src) else {
+            return Err(Stop::Candidate(Failure {
+                class: FailureClass::SyntaxError,
+                stage: "verify".into(),
+                message: "the candidate file is not valid UTF-8".into(),
+            }));
+        };
+        let report = crucible_verify::verify(source, policy);
+        eval.findings.extend(report.findings);
+        let located = |f: &Finding| match (f.line, f.column) {
+            (Some(line), Some(col)) => format!("line {line}, column {col}: {}", f.message),
+            (Some(line), None) => format!("line {line}: {}", f.message),
+            _ => f.message.clone(),
+        };
+        if let Some(syntax) = eval.findings.iter().find(|f| f.code == "syntax-error") {
+            return Err(Stop::Candidate(Failure {
+                class: FailureClass::SyntaxError,
+                stage: "verify".into(),
+                message: located(syntax),
+            }));
+        }
+        let rejects: Vec<String> = eval
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Reject)
+            .map(|f| format!("[{}] {}", f.code, located(f)))
+            .collect();
+        if rejects.is_empty() {
+            Ok(())
+        } else {
+            Err(Stop::Candidate(Failure {
+                class: FailureClass::Rejected,
+                stage: "verify".into(),
+                message: rejects.join("\n"),
+            }))
+        }
+    })
+}
+
 fn run(
     eval: &mut Evaluation<'_>,
     task_path: &Path,
@@ -515,6 +565,25 @@ fn run(
         .map_err(|e| infra("writing the candidate file", e))?;
     let task_abs = std::fs::canonicalize(task_path).map_err(|e| infra("reading the task", e))?;
 
+    // The referee shares tensors in a directory of their own: its HOME and caches, which it
+    // loads code from, stay out of the sandboxed candidate's reach.
+    let shared_dir = referee_dir.path().join("shared");
+    std::fs::create_dir(&shared_dir)
+        .map_err(|e| infra("creating the shared-tensor directory", e))?;
+
+    let missing = Sandbox::missing_features();
+    if cfg.sandbox.is_some() && !missing.is_empty() {
+        eval.findings.push(Finding {
+            code: "sandbox-degraded".into(),
+            severity: Severity::Info,
+            message: format!(
+                "the candidate ran in a partial sandbox; this host lacks: {}",
+                missing.join("; ")
+            ),
+            line: None,
+            column: None,
+        });
+    }
     // Both processes import torch at the same time; that start-up is the judge's cost.
     let (mut referee, mut candidate) = eval.stage("start", |_| {
         let spawn = |module, dir: &Path, sandbox: Option<Sandbox>| {
@@ -531,18 +600,43 @@ fn run(
         let mut candidate = spawn(
             "crucible_harness.candidate",
             candidate_dir.path(),
-            cfg.sandbox.clone(),
+            cfg.sandbox.clone().map(|sandbox| {
+                // It writes its outputs into the referee's files; with CUDA IPC, torch keeps
+                // reference counts in files it creates in /dev/shm.
+                let mut shared = vec![shared_dir.as_path()];
+                if cfg.transport_name() == "cuda_ipc" {
+                    shared.push(Path::new("/dev/shm"));
+                }
+                sandbox.for_candidate(
+                    &runtime.harness_root,
+                    candidate_dir.path(),
+                    &shared,
+                    cfg.is_gpu(),
+                )
+            }),
         )
         .map_err(|e| infra("starting the candidate process", e))?;
-        referee
-            .receive(cfg.limits.start)
-            .map_err(|e| Stop::Infra(format!("referee did not start: {e}\n{}", referee.log_tail(4000))))?;
-        candidate.receive(cfg.limits.start).map_err(|e| {
-            Stop::Infra(format!(
-                "candidate harness did not start: {e}\n{}",
-                candidate.log_tail(4000)
-            ))
-        })?;
+        // Failures before the candidate file is even loaded are the judge's.
+        for (who, process) in [
+            ("referee", &mut referee),
+            ("candidate harness", &mut candidate),
+        ] {
+            match process.receive(cfg.limits.start) {
+                Ok(hello) if hello["ok"] == json!(true) => {}
+                Ok(hello) => {
+                    return Err(Stop::Infra(format!(
+                        "{who} could not start: {}",
+                        hello["error"].as_str().unwrap_or("?")
+                    )));
+                }
+                Err(e) => {
+                    return Err(Stop::Infra(format!(
+                        "{who} did not start: {e}\n{}",
+                        process.log_tail(4000)
+                    )));
+                }
+            }
+        }
         Ok((referee, candidate))
     })?;
 
@@ -551,7 +645,7 @@ fn run(
         &mut referee,
         &mut candidate,
         &task_abs,
-        referee_dir.path(),
+        &shared_dir,
         &candidate_file,
         seeds,
         timing_out,
@@ -694,7 +788,12 @@ fn run_started(
         let timed = candidate_call(candidate, "timing", msg, cfg.limits.timing)?;
         let phase_wall_s = phase.elapsed().as_secs_f64();
         let candidate_samples = samples(&timed)?;
-        Ok((reference, candidate_samples, phase_wall_s, prepared["payload"].clone()))
+        Ok((
+            reference,
+            candidate_samples,
+            phase_wall_s,
+            prepared["payload"].clone(),
+        ))
     })?;
     let (reference_reply, candidate_samples, phase_wall_s, payload) = timing;
     let reference = samples(&reference_reply)?;
@@ -894,12 +993,18 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
     let aliased = ran["meta"]
         .as_array()
         .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));
-    if aliased && !eval.findings.iter().any(|f| f.code == "output-aliases-input") {
+    if aliased
+        && !eval
+            .findings
+            .iter()
+            .any(|f| f.code == "output-aliases-input")
+    {
         eval.findings.push(Finding {
             code: "output-aliases-input".into(),
             severity: Severity::Reject,
-            message: "forward returned one of its inputs as an output; allocate a new output tensor"
-                .into(),
+            message:
+                "forward returned one of its inputs as an output; allocate a new output tensor"
+                    .into(),
             line: None,
             column: None,
         });

@@ -7,11 +7,13 @@
 //! classifies every failure, and assembles the `crucible.result/1` document. It does not know
 //! about rewards, queues or HTTP.
 
+pub mod audit;
 pub mod judge;
 pub mod process;
 pub mod runtime;
 pub mod sandbox;
 
+pub use crucible_verify::Policy as VerifyPolicy;
 pub use judge::{EvalConfig, StageLimits, TimingConfig, ToleranceProfile, Transport, evaluate};
 pub use runtime::Runtime;
 pub use sandbox::Sandbox;

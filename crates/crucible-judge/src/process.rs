@@ -103,16 +103,27 @@ impl HarnessProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let sandbox = spec.sandbox;
+        // Built here, before fork: the child may not allocate.
+        let confinement = match &spec.sandbox {
+            Some(sandbox) => Some(sandbox.prepare(&spec.python)?),
+            None => None,
+        };
+        let judge_pid = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
-        // system calls (setsid, dup2, setrlimit, prctl and the sandbox's own calls).
+        // system calls (setsid, prctl, getppid, fcntl, dup2 and the sandbox's own calls, which
+        // are raw system calls too).
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // Die with the judge: an orphaned candidate must not keep a GPU busy.
+                // Die with the judge: an orphaned candidate must not keep a GPU busy. With a PID
+                // namespace this reaches the candidate through the sandbox's init.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != judge_pid {
+                    // The judge died before the signal was armed.
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
                 if child_fd == 3 {
                     // dup2 onto itself keeps close-on-exec; clear it instead.
                     if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
@@ -121,8 +132,8 @@ impl HarnessProcess {
                 } else if libc::dup2(child_fd, 3) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if let Some(sandbox) = &sandbox {
-                    sandbox.enter()?;
+                if let Some(confinement) = &confinement {
+                    confinement.enter()?;
                 }
                 Ok(())
             });
@@ -131,8 +142,14 @@ impl HarnessProcess {
         drop(child_end);
         let log = Arc::new(Mutex::new(Vec::new()));
         for stream in [
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
         ]
         .into_iter()
         .flatten()
@@ -183,7 +200,8 @@ impl HarnessProcess {
 
     /// Sends one request and waits for its reply.
     pub fn request(&mut self, msg: &Value, timeout: Duration) -> Result<Value, ChannelError> {
-        let mut bytes = serde_json::to_vec(msg).map_err(|e| ChannelError::Protocol(e.to_string()))?;
+        let mut bytes =
+            serde_json::to_vec(msg).map_err(|e| ChannelError::Protocol(e.to_string()))?;
         bytes.push(b'\n');
         if let Err(e) = self.writer.write_all(&bytes) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {

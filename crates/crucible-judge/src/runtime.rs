@@ -25,6 +25,10 @@ const HARNESS_FILES: &[(&str, &str)] = &[
         "candidate.py",
         include_str!("../../../python/crucible_harness/candidate.py"),
     ),
+    (
+        "audit.py",
+        include_str!("../../../python/crucible_harness/audit.py"),
+    ),
 ];
 
 /// The pinned Python requirements; the bootstrap venv is keyed by their hash.

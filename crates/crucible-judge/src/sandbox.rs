@@ -1,8 +1,43 @@
-//! Confinement of the candidate process, applied between fork and exec.
+//! Confinement of the candidate process, which runs hostile code.
 //!
-//! Everything here runs in the forked child before `exec`, so it only makes raw system calls:
-//! no allocation, no locks. Features the kernel lacks are found by a probe in the parent before
-//! any candidate runs, and reported as warnings in the result instead of failing the evaluation.
+//! Layers, each on its own enough to stop one class of attack:
+//!
+//! - **PID namespace.** The process the judge spawns (the *supervisor*) unshares a PID namespace
+//!   and forks its *init*, which forks the candidate. The candidate cannot see or name the judge,
+//!   and when init dies (the candidate exited, the judge's timeout killed the process group, or
+//!   the supervisor died with the judge) the kernel kills everything left in the namespace,
+//!   including children that called `setsid` or double-forked. Init reports the candidate's wait
+//!   status through a pipe and the supervisor ends the same way, so exit codes and signals reach
+//!   the judge unchanged.
+//! - **Network and IPC namespaces**: nothing but a downed loopback, no System V IPC shared with
+//!   the host.
+//! - **A user id of its own** (`UID_BASE` + the supervisor's pid, unique while it lives), with
+//!   every capability dropped but `CAP_DAC_OVERRIDE` (the scratch directories and the Python
+//!   install belong to root). Root is exempt from `RLIMIT_NPROC` and may raise its hard limits;
+//!   this user is not, so the process limit stops a fork bomb, and without `CAP_KILL` it cannot
+//!   signal any root process.
+//! - **Landlock**: read-only system and Python directories, writes only in its own scratch
+//!   directory, and in the referee's shared-tensor directory only to files that already exist
+//!   (so it can plant no symlink or file for the root referee to open); no TCP bind or connect,
+//!   and (scoping) no signals to or abstract-socket connections with processes outside the
+//!   sandbox. Landlock also refuses `ptrace` and `/proc/<pid>/{environ,mem,...}` of processes
+//!   outside it.
+//! - **seccomp**: no `AF_UNIX` sockets (Landlock does not cover connecting to a socket file, and
+//!   `CAP_DAC_OVERRIDE` would open root daemons' sockets such as docker.sock) and no user
+//!   namespaces (the kernel surface that most container escapes go through).
+//! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`.
+//!
+//! Everything that allocates (paths, the Landlock ruleset, probing the kernel) happens in the
+//! parent before fork; between fork and exec only raw system calls run. Features the kernel
+//! lacks are found once per judge process by [`Sandbox::missing_features`] and are skipped; the
+//! judge reports them as a `sandbox-degraded` finding instead of failing.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Resource limits and isolation for one candidate process.
 #[derive(Debug, Clone)]
@@ -11,8 +46,19 @@ pub struct Sandbox {
     pub max_file_bytes: u64,
     /// Most file descriptors open at once.
     pub max_open_files: u64,
+    /// Most tasks (processes and threads together) the candidate may have at once.
+    pub max_processes: u64,
     /// Move into a fresh network namespace (no interfaces but a downed loopback).
     pub isolate_network: bool,
+    /// Paths the process may read and execute besides the system and Python directories.
+    pub read_only: Vec<PathBuf>,
+    /// Directories the process may read and write.
+    pub read_write: Vec<PathBuf>,
+    /// Directories whose existing files the process may read and write; it may create, remove
+    /// or rename nothing there.
+    pub shared_files: Vec<PathBuf>,
+    /// Give access to the NVIDIA device files (CUDA).
+    pub gpu_devices: bool,
 }
 
 impl Default for Sandbox {
@@ -20,38 +66,833 @@ impl Default for Sandbox {
         Sandbox {
             max_file_bytes: 1 << 30,
             max_open_files: 1024,
+            // Threads count too: torch starts one per core, so this leaves room on a large host.
+            max_processes: 1024,
             isolate_network: true,
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            shared_files: Vec::new(),
+            gpu_devices: false,
         }
     }
 }
 
+// --- kernel interfaces libc does not define -------------------------------------------------
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+const FS_EXECUTE: u64 = 1 << 0;
+const FS_WRITE_FILE: u64 = 1 << 1;
+const FS_READ_FILE: u64 = 1 << 2;
+const FS_READ_DIR: u64 = 1 << 3;
+const FS_MAKE_CHAR: u64 = 1 << 6;
+const FS_MAKE_BLOCK: u64 = 1 << 11;
+/// Rights 0..=12 exist since ABI 1.
+const FS_ABI1: u64 = (1 << 13) - 1;
+const FS_REFER: u64 = 1 << 13;
+const FS_TRUNCATE: u64 = 1 << 14;
+const FS_IOCTL_DEV: u64 = 1 << 15;
+/// The rights that apply to a file rather than a directory (a rule on a file may only grant these).
+const FS_FILE_RIGHTS: u64 = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV;
+
+const NET_BIND_TCP: u64 = 1 << 0;
+const NET_CONNECT_TCP: u64 = 1 << 1;
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+const SCOPE_SIGNAL: u64 = 1 << 1;
+
+/// `struct landlock_ruleset_attr` as of ABI 6; the kernel accepts the larger struct from older
+/// ABIs as long as the fields they lack are zero.
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+const CAP_DAC_OVERRIDE: u32 = 1;
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// First user id of the range candidates run as; far above any account a system creates.
+const UID_BASE: u32 = 1_500_000_000;
+
+/// Exit status of the supervisor or init when their own bookkeeping fails.
+const SUPERVISOR_FAILED: libc::c_int = 125;
+
+// --- probing -------------------------------------------------------------------------------
+
+/// What this kernel (and the judge's privileges) allow.
+struct Support {
+    landlock_abi: i32,
+    net_namespace: bool,
+    ipc_namespace: bool,
+    pid_namespace: bool,
+    own_user: bool,
+    seccomp: bool,
+    missing: Vec<&'static str>,
+}
+
+fn support() -> &'static Support {
+    static SUPPORT: OnceLock<Support> = OnceLock::new();
+    SUPPORT.get_or_init(|| {
+        // SAFETY: the version query takes no pointers.
+        let abi = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<RulesetAttr>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        } as i32;
+        let landlock_abi = abi.max(0);
+        // SAFETY (all probes): they run in a throwaway forked child.
+        let net_namespace = probe(|| unsafe { libc::unshare(libc::CLONE_NEWNET) == 0 });
+        let ipc_namespace = probe(|| unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 });
+        let pid_namespace = probe(probe_pid_namespace);
+        let own_user = probe(|| unsafe { become_user(UID_BASE + libc::getpid() as u32).is_ok() });
+        let seccomp = probe(|| unsafe { install_seccomp().is_ok() });
+        let mut missing = Vec::new();
+        if landlock_abi < 1 {
+            missing.push("Landlock (filesystem confinement, TCP rules and signal scoping)");
+        } else {
+            if landlock_abi < 4 {
+                missing.push("Landlock TCP rules (ABI 4)");
+            }
+            if landlock_abi < 6 {
+                missing.push("Landlock signal and abstract-socket scoping (ABI 6)");
+            }
+        }
+        if !net_namespace {
+            missing.push("network namespace");
+        }
+        if !ipc_namespace {
+            missing.push("IPC namespace");
+        }
+        if !pid_namespace {
+            missing.push("PID namespace");
+        }
+        if !own_user {
+            missing.push("a user id of its own (the process limit is not enforced)");
+        }
+        if !seccomp {
+            missing.push("seccomp filter (Unix sockets and user namespaces stay open)");
+        }
+        Support {
+            landlock_abi,
+            net_namespace,
+            ipc_namespace,
+            pid_namespace,
+            own_user,
+            seccomp,
+            missing,
+        }
+    })
+}
+
+/// Runs `check` in a forked child, so a namespace, credential or filter change never touches the
+/// judge. The checks only make raw system calls.
+fn probe(check: fn() -> bool) -> bool {
+    // SAFETY: the child only makes raw system calls (the probes below) and leaves with `_exit`.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::_exit(if check() { 0 } else { 1 });
+        }
+        if pid < 0 {
+            return false;
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if errno() != libc::EINTR {
+                return false;
+            }
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+}
+
+fn probe_pid_namespace() -> bool {
+    // SAFETY: runs in a throwaway forked child; its own child only exits.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWPID) != 0 {
+            return false;
+        }
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::_exit(0);
+        }
+        let mut status = 0;
+        pid > 0
+            && libc::waitpid(pid, &mut status, 0) == pid
+            && libc::WIFEXITED(status)
+            && libc::WEXITSTATUS(status) == 0
+    }
+}
+
+// --- the parent's side ---------------------------------------------------------------------
+
 impl Sandbox {
-    /// Applies the sandbox to the calling (freshly forked) process.
-    pub fn enter(&self) -> std::io::Result<()> {
-        // SAFETY: plain system calls on the forked child's own state.
+    /// This sandbox for one candidate process: the harness to import, its own scratch directory
+    /// (HOME, TMPDIR, Triton's cache), the directories of files it shares with the referee and,
+    /// on a GPU, the device files.
+    pub fn for_candidate(
+        mut self,
+        harness_root: &Path,
+        scratch: &Path,
+        shared: &[&Path],
+        gpu: bool,
+    ) -> Sandbox {
+        self.read_only.push(harness_root.to_path_buf());
+        self.read_write.push(scratch.to_path_buf());
+        self.shared_files
+            .extend(shared.iter().map(|p| p.to_path_buf()));
+        self.gpu_devices |= gpu;
+        self
+    }
+
+    /// The protections this kernel cannot provide (probed once per judge process); empty when
+    /// the sandbox is complete.
+    pub fn missing_features() -> &'static [&'static str] {
+        &support().missing
+    }
+
+    /// Everything `enter` needs, built before fork: the Landlock ruleset and the plan.
+    pub(crate) fn prepare(&self, python: &Path) -> io::Result<Confinement> {
+        let support = support();
+        let ruleset = if support.landlock_abi >= 1 {
+            Some(self.ruleset(support.landlock_abi, python)?)
+        } else {
+            None
+        };
+        let mut namespaces = 0;
+        if self.isolate_network && support.net_namespace {
+            namespaces |= libc::CLONE_NEWNET;
+        }
+        if support.ipc_namespace {
+            namespaces |= libc::CLONE_NEWIPC;
+        }
+        // TEMPORARY-DEBUG
+        let off = std::env::var("CRUCIBLE_SANDBOX_DEBUG_OFF").unwrap_or_default();
+        let ruleset = if off.contains("landlock") { None } else { ruleset };
+        Ok(Confinement {
+            seccomp: support.seccomp && !off.contains("seccomp"),
+            own_user: support.own_user && !off.contains("uid"),
+            pid_namespace: support.pid_namespace && !off.contains("pidns"),
+            ruleset,
+            max_file_bytes: self.max_file_bytes,
+            max_open_files: self.max_open_files,
+            max_processes: self.max_processes,
+            namespaces: if off.contains("ns") { 0 } else { namespaces },
+        })
+    }
+
+    fn ruleset(&self, abi: i32, python: &Path) -> io::Result<OwnedFd> {
+        let mut handled_fs = FS_ABI1;
+        if abi >= 2 {
+            handled_fs |= FS_REFER;
+        }
+        if abi >= 3 {
+            handled_fs |= FS_TRUNCATE;
+        }
+        if abi >= 5 {
+            handled_fs |= FS_IOCTL_DEV;
+        }
+        let attr = RulesetAttr {
+            handled_access_fs: handled_fs,
+            // Handled with no rule: every TCP bind and connect is refused.
+            handled_access_net: if abi >= 4 {
+                NET_BIND_TCP | NET_CONNECT_TCP
+            } else {
+                0
+            },
+            scoped: if abi >= 6 {
+                SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+            } else {
+                0
+            },
+        };
+        // SAFETY: `attr` is a valid ruleset attribute of the size passed.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                &attr as *const RulesetAttr,
+                std::mem::size_of::<RulesetAttr>(),
+                0u32,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor (close-on-exec) and nothing else owns it.
+        let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+
+        let read_exec = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR;
+        let read = FS_READ_FILE | FS_READ_DIR;
+        let device = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV;
+        // Device nodes cannot be made without CAP_MKNOD anyway; say so in the rules too.
+        let read_write = handled_fs & !(FS_MAKE_CHAR | FS_MAKE_BLOCK);
+        let shared = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_READ_DIR;
+
+        let mut rules: Vec<(PathBuf, u64)> = Vec::new();
+        for dir in [
+            "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc",
+        ] {
+            rules.push((dir.into(), read_exec));
+        }
+        rules.extend(python_dirs(python)?.iter().map(|p| (p.clone(), read_exec)));
+        // The library directories the judge passes on to the harness (see `harness_env`).
+        for key in ["LD_LIBRARY_PATH", "CUDA_HOME"] {
+            if let Some(value) = std::env::var_os(key) {
+                rules.extend(std::env::split_paths(&value).map(|p| (p, read_exec)));
+            }
+        }
+        rules.extend(self.read_only.iter().map(|p| (p.clone(), read_exec)));
+        for dir in ["/proc", "/sys"] {
+            rules.push((dir.into(), read));
+        }
+        for dev in ["null", "zero", "full", "random", "urandom"] {
+            rules.push((Path::new("/dev").join(dev), device));
+        }
+        if self.gpu_devices {
+            // /dev/nvidia0.., nvidiactl, nvidia-uvm, nvidia-caps/: named one by one, since the
+            // rest of /dev (disks among them) must stay closed.
+            for entry in std::fs::read_dir("/dev")?.flatten() {
+                if entry.file_name().as_bytes().starts_with(b"nvidia") {
+                    rules.push((entry.path(), device | FS_READ_DIR));
+                }
+            }
+        }
+        rules.extend(self.read_write.iter().map(|p| (p.clone(), read_write)));
+        rules.extend(self.shared_files.iter().map(|p| (p.clone(), shared)));
+
+        for (path, access) in rules {
+            // A filesystem root would open everything below it.
+            if path.is_absolute() && path.parent().is_some() {
+                add_rule(&ruleset, &path, access & handled_fs)?;
+            }
+        }
+        Ok(ruleset)
+    }
+}
+
+/// Grants `access` beneath `path`; a path that does not exist is skipped.
+fn add_rule(ruleset: &OwnedFd, path: &Path, access: u64) -> io::Result<()> {
+    let c_path = CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: `c_path` is a valid NUL-terminated string.
+    let fd = unsafe { libc::open(c_path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP) => Ok(()),
+            _ => Err(err),
+        };
+    }
+    // SAFETY: `open` just returned this descriptor and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `st` is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let allowed = if is_dir {
+        access
+    } else {
+        access & FS_FILE_RIGHTS
+    };
+    if allowed == 0 {
+        return Ok(());
+    }
+    let attr = PathBeneathAttr {
+        allowed_access: allowed,
+        parent_fd: fd.as_raw_fd(),
+    };
+    // SAFETY: `attr` is a valid path-beneath attribute; both descriptors are open.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        return Err(io::Error::new(
+            err.kind(),
+            format!("landlock rule for {}: {err}", path.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Where the interpreter keeps its standard library and packages, asked once per interpreter:
+/// the prefixes, `sys.path` after site processing (`.pth` files included) and sysconfig's paths.
+/// On a GPU host these hold torch's NVIDIA libraries and Triton's ptxas too.
+fn python_dirs(python: &Path) -> io::Result<Arc<[PathBuf]>> {
+    static CACHE: Mutex<Vec<(PathBuf, Arc<[PathBuf]>)>> = Mutex::new(Vec::new());
+    if let Some((_, dirs)) = CACHE
+        .lock()
+        .ok()
+        .and_then(|c| c.iter().find(|(p, _)| p == python).cloned())
+    {
+        return Ok(dirs);
+    }
+    const QUERY: &str = "import os, site, sys, sysconfig\n\
+        paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,\n\
+                 os.path.dirname(os.path.realpath(sys.executable))]\n\
+        paths += sys.path + site.getsitepackages() + list(sysconfig.get_paths().values())\n\
+        sys.stdout.write('\\0'.join(p for p in paths if p))\n";
+    let mut cmd = std::process::Command::new(python);
+    cmd.args(["-I", "-c", QUERY])
+        .env_clear()
+        .stdin(std::process::Stdio::null());
+    for key in ["PATH", "LD_LIBRARY_PATH"] {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "asking {} for its directories: {}\n{}",
+            python.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let mut dirs: Vec<PathBuf> = out
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|p| p.starts_with(b"/"))
+        .map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    let dirs: Arc<[PathBuf]> = dirs.into();
+    if let Ok(mut cache) = CACHE.lock() {
+        cache.push((python.to_path_buf(), Arc::clone(&dirs)));
+    }
+    Ok(dirs)
+}
+
+// --- the child's side: raw system calls only ------------------------------------------------
+
+/// The prepared sandbox for one spawn; applied by `enter` between fork and exec.
+pub(crate) struct Confinement {
+    ruleset: Option<OwnedFd>,
+    max_file_bytes: u64,
+    max_open_files: u64,
+    max_processes: u64,
+    /// `CLONE_NEW*` flags to unshare besides the PID namespace.
+    namespaces: libc::c_int,
+    pid_namespace: bool,
+    own_user: bool,
+    seccomp: bool,
+}
+
+impl Confinement {
+    /// Confines the calling process. With a PID namespace this returns only in the candidate
+    /// (two forks down); the supervisor and init never return.
+    ///
+    /// # Safety
+    ///
+    /// Only in a freshly forked, single-threaded child before exec: it forks, changes
+    /// credentials and makes only async-signal-safe system calls (no allocation, no locks).
+    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+        // SAFETY: raw system calls on this process's own state (see the function's contract).
         unsafe {
+            // The supervisor re-raises the candidate's fatal signal on itself: no core dumps
+            // anywhere, and the root-owned helpers are not dumpable (nor readable in /proc).
             set_limit(libc::RLIMIT_CORE, 0)?;
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            // Unique while the supervisor lives, which is as long as anything of the candidate.
+            let uid = UID_BASE + libc::getpid() as u32;
+            if self.pid_namespace {
+                check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
+                enter_pid_namespace(self.namespaces)?;
+            } else if self.namespaces != 0 {
+                check(libc::unshare(self.namespaces))?;
+            }
+            // Now in the candidate.
             set_limit(libc::RLIMIT_FSIZE, self.max_file_bytes)?;
             set_limit(libc::RLIMIT_NOFILE, self.max_open_files)?;
-            if self.isolate_network && libc::unshare(libc::CLONE_NEWNET) < 0 {
-                return Err(std::io::Error::last_os_error());
+            if self.own_user {
+                become_user(uid)?;
+                // Enforced for this user only; root would be exempt.
+                set_limit(libc::RLIMIT_NPROC, self.max_processes)?;
+                // A credential change clears the parent-death signal; it matters where there
+                // is no PID namespace (the judge is then the parent).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             }
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
+            if let Some(ruleset) = &self.ruleset {
+                check(
+                    libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
+                        as libc::c_int,
+                )?;
+            }
+            if self.seccomp {
+                install_seccomp()?;
             }
         }
         Ok(())
     }
 }
 
-unsafe fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
+/// Supervisor → init → candidate. Returns in the candidate only.
+unsafe fn enter_pid_namespace(namespaces: libc::c_int) -> io::Result<()> {
+    // SAFETY: raw system calls in the forked child (see `Confinement::enter`).
+    unsafe {
+        // Init writes the candidate's wait status here; the supervisor holds the read end, so
+        // init can also tell whether the supervisor is still alive.
+        let mut pipe = [-1; 2];
+        check(libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC))?;
+        let [read_end, write_end] = pipe;
+        check(libc::unshare(libc::CLONE_NEWPID | namespaces))?;
+        match libc::fork() {
+            -1 => return Err(io::Error::last_os_error()),
+            0 => {}
+            init => supervise(init, read_end, write_end),
+        }
+        // Init: pid 1 of the new namespace. The parent-death signal is not inherited across
+        // fork; with it, the judge's death reaches the namespace through the supervisor.
+        libc::close(read_end);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if supervisor_gone(write_end) {
+            libc::_exit(SUPERVISOR_FAILED);
+        }
+        match libc::fork() {
+            -1 => return Err(io::Error::last_os_error()),
+            0 => {}
+            candidate => reap(candidate, write_end),
+        }
+        libc::close(write_end);
+    }
+    Ok(())
+}
+
+/// The supervisor (the process the judge spawned): waits for init and ends the way the candidate
+/// ended.
+unsafe fn supervise(init: libc::pid_t, read_end: libc::c_int, write_end: libc::c_int) -> ! {
+    // SAFETY: raw system calls in the forked child; `reported` is a valid buffer of the size read.
+    unsafe {
+        libc::close(write_end);
+        // The channel, the log pipes and the spawn's error pipe belong to the candidate alone:
+        // the judge must see them close when the candidate dies.
+        close_all_but(read_end);
+        let mut status = 0;
+        loop {
+            if libc::waitpid(init, &mut status, 0) == init {
+                break;
+            }
+            if errno() != libc::EINTR {
+                libc::_exit(SUPERVISOR_FAILED);
+            }
+        }
+        let mut reported: libc::c_int = 0;
+        let size = std::mem::size_of::<libc::c_int>();
+        let n = libc::read(read_end, (&mut reported as *mut libc::c_int).cast(), size);
+        // Without a report init itself was killed (the judge's timeout, say): end like init.
+        mirror(if n == size as isize { reported } else { status })
+    }
+}
+
+/// Init of the namespace: reaps every orphan, and when the candidate ends reports its status and
+/// exits, which makes the kernel kill whatever is left in the namespace.
+unsafe fn reap(candidate: libc::pid_t, write_end: libc::c_int) -> ! {
+    // SAFETY: raw system calls in the forked child; `status` is a valid buffer of the size written.
+    unsafe {
+        close_all_but(write_end);
+        let mut status = 0;
+        loop {
+            let pid = libc::waitpid(-1, &mut status, libc::__WALL);
+            if pid == candidate {
+                libc::write(
+                    write_end,
+                    (&status as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>(),
+                );
+                libc::_exit(0);
+            }
+            if pid < 0 && errno() != libc::EINTR {
+                libc::_exit(SUPERVISOR_FAILED);
+            }
+        }
+    }
+}
+
+/// Ends the calling process the way `status` says: the same exit code, or the same signal.
+unsafe fn mirror(status: libc::c_int) -> ! {
+    // SAFETY: raw system calls on the calling process; the structs are valid and zero-initialized.
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            SUPERVISOR_FAILED
+        })
+    }
+}
+
+/// Whether the read end of init's pipe is closed, i.e. the supervisor already died (before
+/// init's parent-death signal was armed).
+unsafe fn supervisor_gone(write_end: libc::c_int) -> bool {
+    let mut poll = libc::pollfd {
+        fd: write_end,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: `poll` is one valid pollfd.
+    unsafe { libc::poll(&mut poll, 1, 0) > 0 && poll.revents & libc::POLLERR != 0 }
+}
+
+unsafe fn close_all_but(keep: libc::c_int) {
+    // SAFETY: closing descriptors of the calling process.
+    unsafe {
+        let keep = keep as libc::c_uint;
+        let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
+        let above = libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0u32) == 0;
+        if !(below && above) {
+            // Kernels before 5.9 lack close_range.
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            let top = limit.rlim_cur.min(1 << 20) as libc::c_int;
+            for fd in (0..top).filter(|fd| *fd as libc::c_uint != keep) {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Switches to `uid` (and the same gid), keeping only `CAP_DAC_OVERRIDE`, also across exec.
+unsafe fn become_user(uid: u32) -> io::Result<()> {
+    // SAFETY: raw system calls on the calling process's credentials; the capability structs are
+    // valid for the duration of the call.
+    unsafe {
+        // Out of the bounding set, no exec can give a capability back.
+        for cap in 0..64 {
+            if cap == CAP_DAC_OVERRIDE as libc::c_ulong {
+                continue;
+            }
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+                if errno() == libc::EINVAL {
+                    break; // past the last capability this kernel knows
+                }
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // Raw system calls: glibc's wrappers would try to change every thread of the judge.
+        check(libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) as i32)?;
+        check(libc::syscall(libc::SYS_setresgid, uid, uid, uid) as i32)?;
+        check(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0))?;
+        check(libc::syscall(libc::SYS_setresuid, uid, uid, uid) as i32)?;
+        // The scratch directories and the Python install belong to root.
+        let header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let keep = 1 << CAP_DAC_OVERRIDE;
+        let data = [
+            CapData {
+                effective: keep,
+                permitted: keep,
+                inheritable: keep,
+            },
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
+        check(libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) as i32)?;
+        // Ambient: kept across exec by a process that is not root.
+        check(libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE,
+            CAP_DAC_OVERRIDE as libc::c_ulong,
+            0,
+            0,
+        ))?;
+    }
+    Ok(())
+}
+
+/// `struct seccomp_data` offsets (little-endian: the low half of `args[0]` comes first).
+const SECCOMP_NR: u32 = 0;
+const SECCOMP_ARCH: u32 = 4;
+const SECCOMP_ARG0: u32 = 16;
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7;
+/// x32 system calls have this bit set and numbers of their own; none is needed.
+#[cfg(target_arch = "x86_64")]
+const SYSCALL_ABI_BIT: u32 = 0x4000_0000;
+#[cfg(not(target_arch = "x86_64"))]
+const SYSCALL_ABI_BIT: u32 = u32::MAX;
+
+const fn bpf_stmt(code: u32, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+const fn bpf_jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+const LOAD: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+const RETURN: u32 = libc::BPF_RET | libc::BPF_K;
+const fn deny(errno: libc::c_int) -> libc::sock_filter {
+    bpf_stmt(RETURN, libc::SECCOMP_RET_ERRNO | errno as u32)
+}
+
+/// Refuses `socket(AF_UNIX, ..)`, `clone3` (its flags are out of a filter's reach; libc falls
+/// back to `clone` on ENOSYS) and `clone`/`unshare` with `CLONE_NEWUSER`; allows the rest.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+static SECCOMP_FILTER: [libc::sock_filter; 18] = [
+    bpf_stmt(LOAD, SECCOMP_ARCH),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        AUDIT_ARCH,
+        1,
+        0,
+    ),
+    bpf_stmt(RETURN, libc::SECCOMP_RET_KILL_PROCESS),
+    bpf_stmt(LOAD, SECCOMP_NR),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
+        SYSCALL_ABI_BIT,
+        0,
+        1,
+    ),
+    deny(libc::EPERM),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::SYS_clone3 as u32,
+        0,
+        1,
+    ),
+    deny(libc::ENOSYS),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::SYS_socket as u32,
+        0,
+        3,
+    ),
+    bpf_stmt(LOAD, SECCOMP_ARG0),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::AF_UNIX as u32,
+        0,
+        6,
+    ),
+    deny(libc::EACCES),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::SYS_unshare as u32,
+        1,
+        0,
+    ),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        libc::SYS_clone as u32,
+        0,
+        3,
+    ),
+    bpf_stmt(LOAD, SECCOMP_ARG0),
+    bpf_jump(
+        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+        libc::CLONE_NEWUSER as u32,
+        0,
+        1,
+    ),
+    deny(libc::EPERM),
+    bpf_stmt(RETURN, libc::SECCOMP_RET_ALLOW),
+];
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe fn install_seccomp() -> io::Result<()> {
+    let program = libc::sock_fprog {
+        len: SECCOMP_FILTER.len() as libc::c_ushort,
+        filter: SECCOMP_FILTER.as_ptr().cast_mut(),
+    };
+    // SAFETY: `program` points at a valid filter that lives for the whole program; the kernel
+    // copies it. A filter needs no_new_privs (already set in the candidate; the probe needs it).
+    unsafe {
+        check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+        check(libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &program as *const libc::sock_fprog,
+        ))
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn install_seccomp() -> io::Result<()> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+unsafe fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
     let limit = libc::rlimit {
         rlim_cur: value,
         rlim_max: value,
     };
     // SAFETY: `limit` is a valid rlimit for the duration of the call.
-    if unsafe { libc::setrlimit(resource, &limit) } < 0 {
-        return Err(std::io::Error::last_os_error());
+    check(unsafe { libc::setrlimit(resource, &limit) })
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
-    Ok(())
+}
+
+fn errno() -> libc::c_int {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }

@@ -21,18 +21,34 @@ fn judge_with(task: &str, candidate: &str, cfg: &EvalConfig) -> EvalResult {
     let (task, candidate) = (fixture(task), fixture(candidate));
     let task_src = std::fs::read(&task).expect("task fixture");
     let candidate_src = std::fs::read(&candidate).expect("candidate fixture");
-    evaluate(&runtime(), &task, &task_src, &candidate, &candidate_src, cfg)
+    evaluate(
+        &runtime(),
+        &task,
+        &task_src,
+        &candidate,
+        &candidate_src,
+        cfg,
+    )
+}
+
+/// Runtime behaviour only: the static verifier would stop most of these candidates first.
+fn runtime_config() -> EvalConfig {
+    let mut cfg = EvalConfig::new("cpu");
+    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(30));
+    cfg.verify_policy = None;
+    cfg
 }
 
 fn judge(candidate: &str) -> EvalResult {
-    let mut cfg = EvalConfig::new("cpu");
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(30));
-    judge_with("task_relu.py", candidate, &cfg)
+    judge_with("task_relu.py", candidate, &runtime_config())
 }
 
 fn assert_failure(result: &EvalResult, verdict: Verdict, class: FailureClass) {
     let failure = result.failure.as_ref().unwrap_or_else(|| {
-        panic!("expected {class:?}, got {:?} with no failure", result.verdict)
+        panic!(
+            "expected {class:?}, got {:?} with no failure",
+            result.verdict
+        )
     });
     assert_eq!(
         (result.verdict, failure.class),
@@ -59,18 +75,30 @@ fn honest_candidate_is_correct_with_seeds_and_no_timing() {
     assert!(result.trials.iter().all(|t| t.passed));
     assert_eq!(result.seeds.trials.len(), 5);
     assert!(result.timing.is_none() && result.speedup.is_none());
-    assert!(result.timing_skipped.as_deref().unwrap_or("").contains("interpreter"));
+    assert!(
+        result
+            .timing_skipped
+            .as_deref()
+            .unwrap_or("")
+            .contains("interpreter")
+    );
     assert_eq!(result.size_profile, "small");
     assert!(result.env.triton_interpret);
     // Autotune under the interpreter picks the first config and says so.
     let launch = &result.launches[0];
     assert_eq!(launch.kernel, "relu_kernel");
-    assert!(launch.autotune_config.as_deref().unwrap_or("").contains("BLOCK: 128"));
+    assert!(
+        launch
+            .autotune_config
+            .as_deref()
+            .unwrap_or("")
+            .contains("BLOCK: 128")
+    );
 }
 
 #[test]
 fn seed_replays_an_evaluation_exactly() {
-    let mut cfg = EvalConfig::new("cpu");
+    let mut cfg = runtime_config();
     cfg.seed = Some(1234);
     let a = judge_with("task_relu.py", "wrong_relu.py", &cfg);
     let b = judge_with("task_relu.py", "wrong_relu.py", &cfg);
@@ -100,7 +128,13 @@ fn wrong_shape_is_incorrect() {
 fn tensor_subclass_output_is_incorrect() {
     let result = judge("tensor_subclass.py");
     assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
-    assert!(result.failure.unwrap().message.contains("exactly torch.Tensor"));
+    assert!(
+        result
+            .failure
+            .unwrap()
+            .message
+            .contains("exactly torch.Tensor")
+    );
 }
 
 #[test]
@@ -113,19 +147,33 @@ fn syntax_error_is_a_compile_error() {
 fn import_error_is_a_compile_error() {
     let result = judge("import_error.py");
     assert_failure(&result, Verdict::CompileError, FailureClass::ImportError);
-    assert!(result.failure.unwrap().message.contains("triton_extra_fast_ops"));
+    assert!(
+        result
+            .failure
+            .unwrap()
+            .message
+            .contains("triton_extra_fast_ops")
+    );
 }
 
 #[test]
 fn missing_model_new_is_a_compile_error() {
     let result = judge("missing_model_new.py");
-    assert_failure(&result, Verdict::CompileError, FailureClass::MissingModelNew);
+    assert_failure(
+        &result,
+        Verdict::CompileError,
+        FailureClass::MissingModelNew,
+    );
 }
 
 #[test]
 fn triton_rejected_kernel_is_a_compile_error() {
     let result = judge("compile_error.py");
-    assert_failure(&result, Verdict::CompileError, FailureClass::TritonCompileError);
+    assert_failure(
+        &result,
+        Verdict::CompileError,
+        FailureClass::TritonCompileError,
+    );
 }
 
 #[test]
@@ -143,8 +191,9 @@ fn out_of_memory_is_a_runtime_error() {
 
 #[test]
 fn infinite_loop_times_out_in_its_stage() {
-    let mut cfg = EvalConfig::new("cpu");
+    let mut cfg = runtime_config();
     cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(3));
+    cfg.verify_policy = None;
     let result = judge_with("task_relu.py", "infinite_loop.py", &cfg);
     assert_failure(&result, Verdict::Timeout, FailureClass::Timeout);
     assert_eq!(result.failure.unwrap().stage, "trial_0");
@@ -161,12 +210,18 @@ fn segfault_is_a_crash_with_the_signal() {
 fn os_exit_is_a_crash() {
     let result = judge("os_exit.py");
     assert_failure(&result, Verdict::Crashed, FailureClass::Crashed);
-    assert!(result.failure.unwrap().message.contains("exited with status 0"));
+    assert!(
+        result
+            .failure
+            .unwrap()
+            .message
+            .contains("exited with status 0")
+    );
 }
 
 #[test]
 fn broken_task_is_an_infra_error_not_the_candidates() {
-    let result = judge_with("broken_task.py", "honest_relu.py", &EvalConfig::new("cpu"));
+    let result = judge_with("broken_task.py", "honest_relu.py", &runtime_config());
     assert_failure(&result, Verdict::InfraError, FailureClass::InfraError);
     assert!(result.failure.unwrap().message.contains("undefined_scale"));
 }
@@ -195,7 +250,11 @@ fn input_mutation_is_rejected() {
 fn returning_the_input_is_rejected() {
     let result = judge("output_alias.py");
     assert_eq!(result.verdict, Verdict::Rejected, "{:#?}", result.failure);
-    assert!(has_finding(&result, "output-aliases-input", Severity::Reject));
+    assert!(has_finding(
+        &result,
+        "output-aliases-input",
+        Severity::Reject
+    ));
 }
 
 #[test]
@@ -204,4 +263,37 @@ fn a_crash_does_not_affect_the_next_evaluation() {
     assert_eq!(crashed.verdict, Verdict::Crashed);
     let next = judge("honest_relu.py");
     assert_eq!(next.verdict, Verdict::Correct, "{:#?}", next.failure);
+}
+
+#[test]
+fn verifier_rejects_before_any_process_starts() {
+    let result = judge_with("task_relu.py", "segfault.py", &EvalConfig::new("cpu"));
+    assert_failure(&result, Verdict::Rejected, FailureClass::Rejected);
+    assert_eq!(result.failure.as_ref().unwrap().stage, "verify");
+    assert!(
+        result.stages.iter().all(|s| s.name != "start"),
+        "no process may start"
+    );
+    assert!(
+        result
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Reject && f.line.is_some())
+    );
+}
+
+#[test]
+fn verifier_reports_syntax_errors_with_line_and_column() {
+    let result = judge_with("task_relu.py", "syntax_error.py", &EvalConfig::new("cpu"));
+    assert_failure(&result, Verdict::CompileError, FailureClass::SyntaxError);
+    let failure = result.failure.unwrap();
+    assert_eq!(failure.stage, "verify");
+    assert!(failure.message.contains("line 9"), "{}", failure.message);
+}
+
+#[test]
+fn honest_candidate_passes_the_strict_verifier() {
+    let result = judge_with("task_relu.py", "honest_relu.py", &EvalConfig::new("cpu"));
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert!(result.findings.iter().all(|f| f.severity == Severity::Info));
 }

@@ -26,6 +26,9 @@ pub struct BenchArgs {
     /// Timed iterations per side on a GPU.
     #[arg(long, default_value_t = 100)]
     iters: u32,
+    /// Run the candidate without the sandbox (debugging only).
+    #[arg(long)]
+    no_sandbox: bool,
 }
 
 fn stage_s(result: &EvalResult, name: &str) -> f64 {
@@ -51,6 +54,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(timing) = cfg.timing.as_mut() {
         timing.iters = args.iters;
     }
+    if args.no_sandbox {
+        cfg.sandbox = None;
+    }
 
     let baseline: Vec<f64> = (0..args.runs)
         .map(|_| {
@@ -58,7 +64,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             let status = std::process::Command::new(&runtime.python)
                 .args(["-c", "import torch, triton"])
                 .status();
-            status.map(|_| start.elapsed().as_secs_f64()).unwrap_or(f64::NAN)
+            status
+                .map(|_| start.elapsed().as_secs_f64())
+                .unwrap_or(f64::NAN)
         })
         .collect();
 
@@ -130,9 +138,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "  {:<55} {:>9.3} s",
         "baseline: bare `python -c 'import torch, triton'`", base
     );
-    println!(
-        "  overhead / baseline: {:.2}x",
-        column(8) / base
-    );
+    println!("  overhead / baseline: {:.2}x", column(8) / base);
     Ok(ExitCode::SUCCESS)
 }

@@ -59,6 +59,12 @@ pub struct EvalArgs {
     /// How tensors travel between referee and candidate: auto, shm, cuda-ipc.
     #[arg(long, default_value = "auto", value_parser = ["auto", "shm", "cuda-ipc"])]
     transport: String,
+    /// Static verifier preset run first (`strict`, `kernelbench`, `lenient`), or `off`.
+    #[arg(long, default_value = "strict")]
+    verify_policy: String,
+    /// Static verifier policy file (TOML: `preset = "..."` plus `[severity]` overrides).
+    #[arg(long, conflicts_with = "verify_policy")]
+    verify_policy_file: Option<PathBuf>,
     /// Draw inputs on the CPU and copy them to the device, as KernelBench does (to measure it).
     #[arg(long, hide = true)]
     inputs_on_host: bool,
@@ -109,6 +115,11 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
         cfg.sandbox = None;
     }
     cfg.inputs_on_host = args.inputs_on_host;
+    cfg.verify_policy = match (&args.verify_policy_file, args.verify_policy.as_str()) {
+        (Some(path), _) => Some(crucible_judge::VerifyPolicy::from_file(path)?),
+        (None, "off") => None,
+        (None, name) => Some(crucible_judge::VerifyPolicy::preset(name)?),
+    };
     Ok(cfg)
 }
 
@@ -118,7 +129,12 @@ fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&args)?;
-    let pairs = match (&args.task, &args.candidate, &args.task_dir, &args.candidate_dir) {
+    let pairs = match (
+        &args.task,
+        &args.candidate,
+        &args.task_dir,
+        &args.candidate_dir,
+    ) {
         (Some(task), Some(candidate), None, None) => vec![(task.clone(), candidate.clone())],
         (None, None, Some(tasks), Some(candidates)) => pair_by_name(tasks, candidates)?,
         _ => bail!(
@@ -131,34 +147,25 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let runtime = Runtime::discover()?;
     let batch = args.task_dir.is_some();
-    let mut out = match &args.out {
+    let out = match &args.out {
         Some(p) => Some(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
         ),
         None => None,
     };
 
+    // Each result is written the moment it exists: an interrupted batch keeps what it judged.
+    let sink = Mutex::new(out);
     let results = if batch {
-        run_batch(&runtime, &cfg, &pairs, &sources, args.jobs, args.json)
+        run_batch(&runtime, &cfg, &pairs, &sources, args.jobs, args.json, &sink)
     } else {
         let (task, candidate) = &pairs[0];
         let (task_src, candidate_src) = &sources[0];
-        vec![crucible_judge::evaluate(
-            &runtime,
-            task,
-            task_src,
-            candidate,
-            candidate_src,
-            &cfg,
-        )]
+        let result =
+            crucible_judge::evaluate(&runtime, task, task_src, candidate, candidate_src, &cfg);
+        append_result(&sink, &result);
+        vec![result]
     };
-    if let Some(file) = out.as_mut() {
-        use std::io::Write;
-        for result in &results {
-            serde_json::to_writer(&mut *file, result)?;
-            writeln!(file)?;
-        }
-    }
     if batch {
         if !args.json {
             print_table(&results);
@@ -213,6 +220,19 @@ fn pair_by_name(tasks: &Path, candidates: &Path) -> anyhow::Result<Vec<(PathBuf,
     Ok(pairs)
 }
 
+fn append_result(sink: &Mutex<Option<std::fs::File>>, result: &EvalResult) {
+    use std::io::Write;
+    let Ok(mut sink) = sink.lock() else { return };
+    let Some(file) = sink.as_mut() else { return };
+    let written = serde_json::to_writer(&mut *file, result)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(file))
+        .and_then(|()| file.flush());
+    if let Err(err) = written {
+        tracing::error!("cannot write the result of {}: {err}", result.task.name);
+    }
+}
+
 fn run_batch(
     runtime: &Runtime,
     cfg: &EvalConfig,
@@ -220,6 +240,7 @@ fn run_batch(
     sources: &[(Vec<u8>, Vec<u8>)],
     jobs: u32,
     json: bool,
+    sink: &Mutex<Option<std::fs::File>>,
 ) -> Vec<EvalResult> {
     let bar = indicatif::ProgressBar::new(pairs.len() as u64);
     bar.set_style(
@@ -259,6 +280,7 @@ fn run_batch(
                             }
                         });
                     }
+                    append_result(sink, &result);
                     if let Ok(mut results) = results.lock() {
                         results[index] = Some(result);
                     }
@@ -294,7 +316,10 @@ pub fn print_table(results: &[EvalResult]) {
             fmt_opt(r.coverage, |c| format!("{:.1}%", c * 100.0)),
             fmt_opt(timing.map(|t| t.reference.median_ms), |v| format!("{v:.4}")),
             fmt_opt(timing.map(|t| t.candidate.median_ms), |v| format!("{v:.4}")),
-            fmt_opt(timing.map(|t| t.candidate.cv), |v| format!("{:.1}%", v * 100.0)),
+            fmt_opt(timing.map(|t| t.candidate.cv), |v| format!(
+                "{:.1}%",
+                v * 100.0
+            )),
             r.wall_s
         );
     }
@@ -337,10 +362,7 @@ fn print_summary(r: &EvalResult) {
     }
     for f in &r.findings {
         let at = f.line.map(|l| format!(" (line {l})")).unwrap_or_default();
-        println!(
-            "  finding [{:?}] {}{at}: {}",
-            f.severity, f.code, f.message
-        );
+        println!("  finding [{:?}] {}{at}: {}", f.severity, f.code, f.message);
     }
     for l in &r.launches {
         let config = l

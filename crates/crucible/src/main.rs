@@ -1,5 +1,6 @@
 //! `crucible`: thin glue that parses arguments and wires the library crates together.
 
+mod audit_cmd;
 mod bench_cmd;
 mod eval_cmd;
 mod report_cmd;
@@ -9,7 +10,11 @@ mod verify_cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "crucible", version, about = "Judge and RL toolkit for Triton kernels")]
+#[command(
+    name = "crucible",
+    version,
+    about = "Judge and RL toolkit for Triton kernels"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,6 +26,8 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Measure the judge's own overhead per evaluation, by stage.
     BenchOverhead(bench_cmd::BenchArgs),
+    /// Run null candidates against every task of a suite and list the degenerate tasks.
+    Audit(audit_cmd::AuditArgs),
     /// Print the table of earlier results (JSON lines written by `eval --out`).
     Report(report_cmd::ReportArgs),
     /// Run the static verifier on candidate files.
@@ -47,6 +54,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Eval(args) => eval_cmd::run(args),
+        Command::Audit(args) => audit_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::BenchOverhead(args) => bench_cmd::run(args),
         Command::Verify(args) => verify_cmd::run(args),

@@ -17,8 +17,8 @@ pub struct ReportArgs {
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     for path in &args.files {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
             let line = line.with_context(|| format!("cannot read {}", path.display()))?;
             if line.trim().is_empty() {

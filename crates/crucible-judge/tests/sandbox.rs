@@ -1,0 +1,334 @@
+//! Attacks on the candidate sandbox, each made by a real candidate file in a real candidate
+//! process (Triton interpreter, CPU tensors). A fixture runs its attack once, then computes an
+//! honest ReLU; anything that got through turns the verdict into a runtime error naming it. So
+//! every test asserts a correct verdict (the attack was refused and the worker went on), plus
+//! what the test can see from outside: listeners that received nothing, files that were not
+//! created, processes that are gone.
+//!
+//! The fixtures take no arguments: the test fills `@NAME@` placeholders in their source.
+
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crucible_judge::{EvalConfig, Runtime, Sandbox, StageLimits, Transport, evaluate};
+use crucible_result::{EvalResult, Verdict};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn runtime() -> Runtime {
+    Runtime::discover().expect("the judge's Python runtime (run scripts/bootstrap)")
+}
+
+/// Runtime behaviour only: the static verifier would refuse most of these files first.
+fn config() -> EvalConfig {
+    let mut cfg = EvalConfig::new("cpu");
+    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(60));
+    cfg.verify_policy = None;
+    cfg
+}
+
+/// Evaluates fixture `name` against the ReLU task, with `@KEY@` replaced by each value.
+fn judge(name: &str, values: &[(&str, String)], cfg: &EvalConfig) -> EvalResult {
+    let task = fixture("task_relu.py");
+    let task_src = std::fs::read(&task).expect("task fixture");
+    let path = fixture(name);
+    let mut src = std::fs::read_to_string(&path).expect("candidate fixture");
+    for (key, value) in values {
+        let placeholder = format!("@{key}@");
+        assert!(src.contains(&placeholder), "{name} has no {placeholder}");
+        src = src.replace(&placeholder, value);
+    }
+    evaluate(&runtime(), &task, &task_src, &path, src.as_bytes(), cfg)
+}
+
+/// The sandbox refused the attack and the candidate went on to an honest, correct answer.
+fn assert_contained(result: &EvalResult) {
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert!(
+        Sandbox::missing_features().is_empty(),
+        "these tests need the full sandbox; this host lacks {:?}",
+        Sandbox::missing_features()
+    );
+}
+
+/// The next evaluation is unaffected.
+fn assert_worker_goes_on() {
+    let result = judge("honest_relu.py", &[], &config());
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+}
+
+/// A directory of this test's own, outside everything the sandbox opens.
+fn test_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sandbox-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("test directory");
+    dir
+}
+
+/// Processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline
+                .contains(marker)
+                .then(|| format!("{}: {cmdline}", e.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+/// Waits up to `limit` for every process with `marker` to be gone; returns the survivors.
+fn survivors(marker: &str, limit: Duration) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn honest_candidate_is_correct_and_a_degraded_sandbox_is_reported() {
+    let result = judge("honest_relu.py", &[], &config());
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    let degraded = result.findings.iter().any(|f| f.code == "sandbox-degraded");
+    assert_eq!(degraded, !Sandbox::missing_features().is_empty());
+}
+
+#[test]
+fn the_network_is_unreachable() {
+    let tcp = TcpListener::bind("127.0.0.1:0").expect("tcp listener");
+    tcp.set_nonblocking(true).unwrap();
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+    udp.set_nonblocking(true).unwrap();
+    let dir = test_dir("network");
+    let unix_path = dir.join("judge.sock");
+    let _ = std::fs::remove_file(&unix_path);
+    let unix = UnixListener::bind(&unix_path).expect("unix listener");
+    unix.set_nonblocking(true).unwrap();
+    let abstract_name = format!("crucible-sandbox-test-{}", std::process::id());
+    let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+    let abstract_socket = UnixListener::bind_addr(&addr).expect("abstract listener");
+    abstract_socket.set_nonblocking(true).unwrap();
+
+    let result = judge(
+        "sandbox_network.py",
+        &[
+            ("TCP_PORT", tcp.local_addr().unwrap().port().to_string()),
+            ("UDP_PORT", udp.local_addr().unwrap().port().to_string()),
+            ("UNIX_PATH", unix_path.display().to_string()),
+            ("ABSTRACT_NAME", abstract_name),
+        ],
+        &config(),
+    );
+    assert_contained(&result);
+    let refused = |e: std::io::Error| assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+    tcp.accept()
+        .map(|c| panic!("tcp connection from {:?}", c.1))
+        .unwrap_or_else(refused);
+    let mut buf = [0u8; 16];
+    udp.recv_from(&mut buf)
+        .map(|r| panic!("udp datagram from {:?}", r.1))
+        .unwrap_or_else(refused);
+    unix.accept()
+        .map(|_| panic!("unix socket connection"))
+        .unwrap_or_else(refused);
+    abstract_socket
+        .accept()
+        .map(|_| panic!("abstract socket connection"))
+        .unwrap_or_else(refused);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn files_outside_the_sandbox_are_unreadable() {
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "the fixture looks for this variable in the judge's environment"
+    );
+    let dir = test_dir("secret");
+    let in_target = dir.join("secret.txt");
+    let in_tmp =
+        std::env::temp_dir().join(format!("crucible-secret-test-{}.txt", std::process::id()));
+    for path in [&in_target, &in_tmp] {
+        std::fs::write(path, "the judge's secret").expect("secret file");
+    }
+    let result = judge(
+        "sandbox_read_secret.py",
+        &[(
+            "SECRET_PATHS",
+            format!("{}|{}", in_target.display(), in_tmp.display()),
+        )],
+        &config(),
+    );
+    let _ = std::fs::remove_file(&in_tmp);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_contained(&result);
+}
+
+#[test]
+fn writes_outside_the_scratch_directory_fail() {
+    let dir = test_dir("write");
+    let tag = format!("{}", std::process::id());
+    let in_target = dir.join(format!("crucible-escape-{tag}"));
+    let in_tmp = std::env::temp_dir().join(format!("crucible-escape-{tag}"));
+    let in_harness = runtime()
+        .harness_root
+        .join("crucible_harness")
+        .join(format!("escape-{tag}"));
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "untouched").unwrap();
+    let result = judge(
+        "sandbox_write_escape.py",
+        &[
+            (
+                "ESCAPE_PATHS",
+                format!("{}|{}", in_target.display(), in_tmp.display()),
+            ),
+            ("TAG", tag),
+            ("VICTIM", victim.display().to_string()),
+        ],
+        &config(),
+    );
+    let created: Vec<&PathBuf> = [&in_target, &in_tmp, &in_harness]
+        .into_iter()
+        .filter(|p| p.exists())
+        .collect();
+    for path in &created {
+        let _ = std::fs::remove_file(path);
+    }
+    let victim_text = std::fs::read_to_string(&victim).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_contained(&result);
+    assert!(created.is_empty(), "the candidate created {created:?}");
+    assert_eq!(victim_text, "untouched");
+}
+
+#[test]
+fn forked_children_do_not_outlive_the_evaluation() {
+    let marker = format!("crucible-sandbox-fork-{}", std::process::id());
+    let result = judge(
+        "sandbox_fork_escape.py",
+        &[("MARKER", marker.clone()), ("HANG", "0".into())],
+        &config(),
+    );
+    let left = survivors(&marker, Duration::from_secs(5));
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    assert_contained(&result);
+}
+
+#[test]
+fn a_fork_bomb_hits_the_process_limit() {
+    let mut cfg = config();
+    cfg.sandbox = Some(Sandbox {
+        max_processes: 64,
+        ..Sandbox::default()
+    });
+    let result = judge("sandbox_fork_bomb.py", &[("TRIES", "300".into())], &cfg);
+    assert_contained(&result);
+    assert_worker_goes_on();
+}
+
+#[test]
+fn the_candidate_cannot_signal_or_trace_the_judge() {
+    let result = judge("sandbox_kill_parent.py", &[], &config());
+    // Still here: the test process is the judge.
+    assert_contained(&result);
+    assert_worker_goes_on();
+}
+
+/// The helper's environment variable: the marker its candidate's children carry.
+const ORPHAN_MARKER: &str = "CRUCIBLE_SANDBOX_ORPHAN_MARKER";
+
+#[test]
+fn the_candidate_dies_with_the_judge() {
+    let marker = format!("crucible-sandbox-orphan-{}", std::process::id());
+    // A judge of its own (this test binary, running only the helper below), killed mid-stage.
+    let mut judge_process = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "judge_for_the_orphan_test",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(ORPHAN_MARKER, &marker)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("helper judge");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while processes_with(&marker).len() < 64 {
+        if Instant::now() >= deadline || judge_process.try_wait().unwrap().is_some() {
+            let _ = judge_process.kill();
+            panic!("the helper judge's candidate never started its children");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    judge_process.kill().unwrap();
+    judge_process.wait().unwrap();
+    let left = survivors(&marker, Duration::from_secs(10));
+    assert!(left.is_empty(), "outlived the judge: {left:#?}");
+}
+
+#[test]
+#[ignore = "run by the_candidate_dies_with_the_judge as a separate judge process"]
+fn judge_for_the_orphan_test() {
+    let Ok(marker) = std::env::var(ORPHAN_MARKER) else {
+        return;
+    };
+    let mut cfg = config();
+    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(600));
+    judge(
+        "sandbox_fork_escape.py",
+        &[("MARKER", marker), ("HANG", "1".into())],
+        &cfg,
+    );
+}
+
+/// On a GPU host only (`CRUCIBLE_TEST_DEVICE=cuda:0`): CUDA, Triton's compiler, timing and the
+/// profiler all work inside the sandbox, over both transports.
+#[test]
+fn gpu_candidate_runs_in_the_sandbox() {
+    let Ok(device) = std::env::var("CRUCIBLE_TEST_DEVICE") else {
+        return;
+    };
+    for transport in [Transport::CudaIpc, Transport::Shm] {
+        let mut cfg = EvalConfig::new(&device);
+        cfg.verify_policy = None;
+        cfg.transport = transport;
+        let result = judge("honest_relu.py", &[], &cfg);
+        assert_eq!(
+            result.verdict,
+            Verdict::Correct,
+            "{transport:?}: {:#?}",
+            result.failure
+        );
+        assert!(
+            result.timing.is_some() && result.profile.is_some(),
+            "{transport:?}"
+        );
+        let result = judge("sandbox_kill_parent.py", &[], &cfg);
+        assert_contained(&result);
+    }
+}

@@ -1,0 +1,129 @@
+//! `forbidden-call`
+
+use ruff_python_ast::Expr;
+use ruff_text_size::Ranged;
+
+use crate::checker::Checker;
+use crate::rules::forbidden_import::forbidden;
+
+declare_rule! {
+    /// ## What it does
+    /// Reports calls and references that execute code dynamically or reach outside the
+    /// kernel: `exec`, `eval`, `compile`, `__import__`, `globals()`, `vars()`, `breakpoint()`,
+    /// `input()`; `getattr` on a module (which hides what is called); members of forbidden
+    /// modules (`os.system`, `os.exec*`, `os.fork`, `os.kill`, `sys._getframe`, `sys.settrace`,
+    /// `sys.modules`, `ctypes.*`, `torch.utils.cpp_extension.load_inline`, ...); and frame and
+    /// code attributes (`f_back`, `f_locals`, `f_globals`, `__globals__`, `__code__`,
+    /// `__closure__`, `__builtins__`, `__subclasses__`).
+    ///
+    /// ## Why is this bad?
+    /// Dynamic code hides what runs from every other check, and frame access reads the judge's
+    /// state (for instance the expected outputs) from the calling frames.
+    ///
+    /// ## Example
+    /// ```python
+    /// class ModelNew(nn.Module):
+    ///     def forward(self, x):
+    ///         return getattr(torch, "mat" + "mul")(x, x)
+    /// ```
+    ///
+    /// ## Use instead
+    /// ```python
+    /// class ModelNew(nn.Module):
+    ///     def forward(self, x):
+    ///         return matmul_triton(x, x)
+    /// ```
+    pub(crate) const FORBIDDEN_CALL = {
+        code: "forbidden-call",
+        summary: "Calls `exec`/`eval`/`getattr(module, ...)`, process or frame APIs.",
+        strict: Reject,
+        kernelbench: Flag,
+        lenient: Reject,
+    };
+}
+
+const FRAME_ATTRS: &[&str] = &[
+    "f_back",
+    "f_locals",
+    "f_globals",
+    "f_builtins",
+    "f_code",
+    "gi_frame",
+    "cr_frame",
+    "tb_frame",
+    "__globals__",
+    "__code__",
+    "__closure__",
+    "__builtins__",
+    "__subclasses__",
+];
+
+pub(crate) fn check(cx: &mut Checker<'_, '_>) {
+    let mut found = Vec::new();
+    for &(name, call) in &cx.facts.builtin_calls {
+        let why = match name {
+            "exec" | "eval" | "compile" => "executes code built at run time",
+            "__import__" => "imports a module dynamically",
+            "globals" | "vars" | "locals" => "reaches variables by name at run time",
+            "breakpoint" | "input" => "waits for interactive input",
+            "getattr" => {
+                let Some(first) = call.arguments.args.first() else {
+                    continue;
+                };
+                if cx.sem.qualname(first).is_none() {
+                    continue;
+                }
+                "looks a module member up by name, hiding what is called"
+            }
+            _ => continue,
+        };
+        found.push((
+            call.range().start(),
+            format!(
+                "`{name}(...)` {why}. Call the functions you need directly; a kernel solution \
+                 needs no dynamic code."
+            ),
+        ));
+    }
+    for r in &cx.facts.refs {
+        let why = if r.qual == "sys.modules" || r.qual.starts_with("sys.modules.") {
+            Some("reaches (and can replace) loaded modules")
+        } else {
+            forbidden(&r.qual)
+        };
+        if let Some(why) = why {
+            found.push((
+                r.range.start(),
+                format!(
+                    "`{}` {why}. Remove it: a kernel solution has no use for it.",
+                    r.qual
+                ),
+            ));
+        }
+    }
+    for &(attr, range) in &cx.facts.attrs {
+        if FRAME_ATTRS.contains(&attr) {
+            found.push((
+                range.start(),
+                format!(
+                    "`.{attr}` reaches frames, code objects or builtins of the running program. \
+                     Remove it: the kernel must compute its outputs from its inputs."
+                ),
+            ));
+        }
+    }
+    for &(name, call) in &cx.facts.method_calls {
+        if name == "currentframe"
+            && let Expr::Attribute(a) = &*call.func
+            && cx.sem.qualname(&a.value).is_none()
+        {
+            found.push((
+                call.range().start(),
+                "`currentframe()` reads the running program's frames. Remove it.".to_string(),
+            ));
+        }
+    }
+    for (at, message) in found {
+        cx.report(at, message);
+    }
+}

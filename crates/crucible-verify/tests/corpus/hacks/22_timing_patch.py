@@ -1,0 +1,26 @@
+# expect: monkeypatch
+import time
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+_real = time.perf_counter
+time.perf_counter = lambda: _real() * 0.01
+torch.cuda.synchronize = lambda *args, **kwargs: None
+setattr(torch.cuda.Event, "elapsed_time", lambda self, other: 0.001)
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y

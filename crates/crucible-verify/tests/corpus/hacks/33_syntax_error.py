@@ -1,0 +1,8 @@
+# expect: syntax-error
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x)
+        return x

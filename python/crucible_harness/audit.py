@@ -1,0 +1,211 @@
+"""The audit process: runs null candidates (zeros, ones, a copy of an input, the input's mean)
+against tasks and reports which ones pass.
+
+It is trusted: it runs only task files and its own null outputs, never candidate code, so one
+process can loop over a whole suite without restarting (torch and CUDA start once). Inputs and
+the reference model are built exactly as the referee builds them (its own `init` and
+`draw_inputs`), and outputs are compared with the referee's own `compare`, so a null that passes
+here would pass the judge. The judge (Rust) drives it over fd 3, one task per request.
+"""
+
+import gc
+import sys
+import traceback
+
+from crucible_harness import common, referee
+
+NULLS = ("zeros", "ones", "input-copy", "broadcast-mean")
+
+# Outputs larger than this are compared in slices: `compare` works in float64 with several
+# temporaries, and KernelBench level 1 has outputs of 1.6e9 elements.
+COMPARE_CHUNK = 1 << 25
+
+
+class Skip(Exception):
+    """This null cannot be built for this task (say, no input reshapes to the output)."""
+
+
+def tensor_inputs(torch, inputs):
+    return [x for x in inputs if isinstance(x, torch.Tensor)]
+
+
+def build_null(torch, name, exp, inputs):
+    """The null candidate's value for one expected output `exp`, given the trial's inputs."""
+    if name == "zeros":
+        return torch.zeros_like(exp)
+    if name == "ones":
+        return torch.ones_like(exp)
+    tensors = tensor_inputs(torch, inputs)
+    if not tensors:
+        raise Skip("the task has no tensor inputs")
+    if name == "input-copy":
+        for x in tensors:
+            if x.shape == exp.shape and x.dtype == exp.dtype:
+                return x
+        first = tensors[0]
+        if first.numel() == exp.numel():
+            return first.reshape(exp.shape).to(exp.dtype)
+        try:
+            return torch.broadcast_to(first, exp.shape).to(exp.dtype)
+        except RuntimeError:
+            raise Skip(
+                f"no input has the output's shape {list(exp.shape)} and dtype, and the first input "
+                f"{list(first.shape)} neither reshapes nor broadcasts to it"
+            ) from None
+    if name == "broadcast-mean":
+        first = tensors[0]
+        if first.numel() == 0:
+            raise Skip("the first input is empty")
+        try:
+            mean = first.detach().mean(dtype=torch.float64)  # no float64 copy of a huge input
+        except RuntimeError:
+            raise Skip(f"the first input ({first.dtype}) has no real mean") from None
+        return mean.to(exp.dtype).expand(exp.shape)
+    raise ValueError(f"unknown null candidate {name!r}")
+
+
+def compare_chunked(torch, exp, got, atol, rtol):
+    """`referee.compare`, in slices for very large outputs; the statistics are combined."""
+    if exp.numel() <= COMPARE_CHUNK:
+        return referee.compare(torch, exp, got, atol, rtol)
+    flat_exp, flat_got = exp.reshape(-1), got.reshape(-1)
+    total, first_problem, combined = exp.numel(), None, None
+    for start in range(0, total, COMPARE_CHUNK):
+        end = min(start + COMPARE_CHUNK, total)
+        stats, problem = referee.compare(torch, flat_exp[start:end], flat_got[start:end], atol, rtol)
+        if problem and first_problem is None:
+            first_problem = f"in flat elements [{start}, {end}): {problem}"
+        if combined is None:
+            combined = dict(stats, mean_abs=0.0, mean_rel=0.0, mismatched=0)
+        weight = (end - start) / total
+        combined["max_abs"] = max(combined["max_abs"], stats["max_abs"])
+        combined["max_rel"] = max(combined["max_rel"], stats["max_rel"])
+        combined["mean_abs"] += stats["mean_abs"] * weight
+        combined["mean_rel"] += stats["mean_rel"] * weight
+        combined["mismatched"] += stats["mismatched"]
+    combined.update(shape=list(exp.shape), numel=total)
+    return combined, first_problem
+
+
+class Auditor:
+    def __init__(self, torch):
+        self.torch = torch
+
+    def sync(self, device):
+        if device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def audit(self, msg):
+        torch = self.torch
+        device = msg["device"]
+        tolerance = msg["tolerance"]
+        ref = referee.Referee(torch, None)
+        stage = "load"
+        try:
+            # The referee's own init: same size profile rule, seeding, device context and mode.
+            ref.init(
+                {
+                    "device": device,
+                    "transport": "shm",
+                    "scratch": None,
+                    "tolerance": tolerance,
+                    "profile": msg["profile"],
+                    "task_path": msg["task_path"],
+                    "init_seed": msg["init_seed"],
+                }
+            )
+            results = {name: {"name": name, "trials_run": 0, "trials_passed": 0} for name in msg["nulls"]}
+            outputs = []
+            for index, seed in enumerate(msg["seeds"]):
+                stage = f"trial_{index}"
+                inputs = ref.draw_inputs(seed)
+                # Nulls see the inputs as a candidate would: before any in-place op of the reference.
+                pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                with torch.no_grad():
+                    expected = common.as_output_list(torch, ref.model(*inputs))
+                del inputs
+                for out in expected:
+                    if type(out) is not torch.Tensor:
+                        raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
+                self.sync(device)
+                outputs = [{"shape": list(e.shape), "dtype": str(e.dtype).removeprefix("torch.")} for e in expected]
+                for name, result in results.items():
+                    if result.get("skipped") or result.get("message"):
+                        continue  # already out: passing needs every trial
+                    self.run_null(name, result, expected, pristine, tolerance)
+                del expected, pristine
+        except Exception as exc:
+            fatal = device.startswith("cuda") and isinstance(exc, (torch.AcceleratorError, torch.OutOfMemoryError))
+            return {
+                "ok": False,
+                "stage": stage,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=-6),
+                # A CUDA error can poison the context; the judge starts a fresh process.
+                "restart": fatal,
+            }
+        finally:
+            ref.model = None
+            sys.modules.pop("crucible_task", None)
+            gc.collect()
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+        for result in results.values():
+            result["passed"] = not result.get("skipped") and result["trials_passed"] == len(msg["seeds"])
+        return {
+            "profile": ref.profile,
+            "env": common.env_info(torch, device),
+            "outputs": outputs,
+            "nulls": list(results.values()),
+        }
+
+    def run_null(self, name, result, expected, inputs, tolerance):
+        torch = self.torch
+        result["trials_run"] += 1
+        mismatched = numel = 0
+        problems = []
+        for j, exp in enumerate(expected):
+            try:
+                got = build_null(torch, name, exp, inputs)
+            except Skip as why:
+                result["skipped"] = f"output {j}: {why}"
+                return
+            half = exp.dtype in (torch.float16, torch.bfloat16)
+            atol, rtol = tolerance["half" if half else "fp32"]
+            stats, problem = compare_chunked(torch, exp, got, atol, rtol)
+            del got
+            mismatched += stats["mismatched"]
+            numel += stats["numel"]
+            result["max_abs"] = max(result.get("max_abs", 0.0), stats["max_abs"])
+            if problem:
+                problems.append(f"output {j}: {problem}")
+        result["mismatched_fraction"] = mismatched / numel if numel else 0.0
+        if problems:
+            result["message"] = "\n".join(problems)
+        else:
+            result["trials_passed"] += 1
+
+
+def main():
+    chan = common.Channel()
+    import torch
+
+    auditor = Auditor(torch)
+    chan.send({"ok": True, "ready": True})
+    while True:
+        msg = chan.recv()
+        op = msg.get("op")
+        if op == "exit":
+            return
+        try:
+            if op != "audit":
+                raise ValueError(f"unknown op {op!r}")
+            reply = auditor.audit(msg)
+            reply.setdefault("ok", True)
+        except Exception as exc:
+            reply = {"ok": False, "stage": "audit", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        chan.send(reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
