@@ -571,13 +571,30 @@ fn run(
     std::fs::create_dir(&shared_dir)
         .map_err(|e| infra("creating the shared-tensor directory", e))?;
 
-    let missing = Sandbox::missing_features();
-    if cfg.sandbox.is_some() && !missing.is_empty() {
+    let candidate_sandbox = cfg.sandbox.clone().map(|sandbox| {
+        // It writes its outputs into the referee's files; with CUDA IPC, torch keeps reference
+        // counts in files it creates in /dev/shm.
+        let mut shared = vec![shared_dir.as_path()];
+        if cfg.transport_name() == "cuda_ipc" {
+            shared.push(Path::new("/dev/shm"));
+        }
+        sandbox.for_candidate(
+            &runtime.harness_root,
+            candidate_dir.path(),
+            &shared,
+            cfg.is_gpu(),
+        )
+    });
+    let missing = candidate_sandbox
+        .as_ref()
+        .map(Sandbox::missing_features)
+        .unwrap_or_default();
+    if !missing.is_empty() {
         eval.findings.push(Finding {
             code: "sandbox-degraded".into(),
             severity: Severity::Info,
             message: format!(
-                "the candidate ran in a partial sandbox; this host lacks: {}",
+                "the candidate ran in a partial sandbox, without: {}",
                 missing.join("; ")
             ),
             line: None,
@@ -600,20 +617,7 @@ fn run(
         let mut candidate = spawn(
             "crucible_harness.candidate",
             candidate_dir.path(),
-            cfg.sandbox.clone().map(|sandbox| {
-                // It writes its outputs into the referee's files; with CUDA IPC, torch keeps
-                // reference counts in files it creates in /dev/shm.
-                let mut shared = vec![shared_dir.as_path()];
-                if cfg.transport_name() == "cuda_ipc" {
-                    shared.push(Path::new("/dev/shm"));
-                }
-                sandbox.for_candidate(
-                    &runtime.harness_root,
-                    candidate_dir.path(),
-                    &shared,
-                    cfg.is_gpu(),
-                )
-            }),
+            candidate_sandbox.clone(),
         )
         .map_err(|e| infra("starting the candidate process", e))?;
         // Failures before the candidate file is even loaded are the judge's.

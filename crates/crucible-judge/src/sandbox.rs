@@ -8,7 +8,8 @@
 //!   the supervisor died with the judge) the kernel kills everything left in the namespace,
 //!   including children that called `setsid` or double-forked. Init reports the candidate's wait
 //!   status through a pipe and the supervisor ends the same way, so exit codes and signals reach
-//!   the judge unchanged.
+//!   the judge unchanged. A private mount namespace gets a /proc of the new PID namespace, so
+//!   the candidate sees only its own processes.
 //! - **Network and IPC namespaces**: nothing but a downed loopback, no System V IPC shared with
 //!   the host.
 //! - **A user id of its own** (`UID_BASE` + the supervisor's pid, unique while it lives), with
@@ -29,8 +30,9 @@
 //!
 //! Everything that allocates (paths, the Landlock ruleset, probing the kernel) happens in the
 //! parent before fork; between fork and exec only raw system calls run. Features the kernel
-//! lacks are found once per judge process by [`Sandbox::missing_features`] and are skipped; the
-//! judge reports them as a `sandbox-degraded` finding instead of failing.
+//! lacks are found once per judge process (probed in throwaway forked children) and skipped;
+//! [`Sandbox::missing_features`] lists them, and the judge reports them as a `sandbox-degraded`
+//! finding instead of failing. On a GPU most layers are off for now (see `GPU_OFF`).
 
 use std::ffi::CString;
 use std::io;
@@ -137,6 +139,20 @@ struct CapData {
 /// First user id of the range candidates run as; far above any account a system creates.
 const UID_BASE: u32 = 1_500_000_000;
 
+/// The protections that are off for a candidate on a GPU. On the H200 test host (driver 580,
+/// kernel 6.18) CUDA failed to initialize (error 304, "OS call failed") under each of Landlock
+/// (with these rules), the seccomp filter and the PID namespace (without the private /proc
+/// mounted since), and CUDA IPC failed to import the referee's memory under another user id.
+/// Which rule or call CUDA needs is not established; until it is, a GPU candidate keeps the
+/// network namespace, the rlimits and no_new_privs only.
+const GPU_OFF: [&str; 5] = [
+    "Landlock (off on a GPU)",
+    "seccomp filter (off on a GPU)",
+    "PID namespace (off on a GPU)",
+    "IPC namespace (off on a GPU)",
+    "a user id of its own (off on a GPU: CUDA IPC needs the referee's)",
+];
+
 /// Exit status of the supervisor or init when their own bookkeeping fails.
 const SUPERVISOR_FAILED: libc::c_int = 125;
 
@@ -233,14 +249,18 @@ fn probe(check: fn() -> bool) -> bool {
 }
 
 fn probe_pid_namespace() -> bool {
-    // SAFETY: runs in a throwaway forked child; its own child only exits.
+    // SAFETY: runs in a throwaway forked child; its own child mounts in its own namespace only.
     unsafe {
-        if libc::unshare(libc::CLONE_NEWPID) != 0 {
+        if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0 {
             return false;
         }
         let pid = libc::fork();
         if pid == 0 {
-            libc::_exit(0);
+            libc::_exit(if mount_private_proc(None).is_ok() {
+                0
+            } else {
+                1
+            });
         }
         let mut status = 0;
         pid > 0
@@ -271,16 +291,22 @@ impl Sandbox {
         self
     }
 
-    /// The protections this kernel cannot provide (probed once per judge process); empty when
-    /// the sandbox is complete.
-    pub fn missing_features() -> &'static [&'static str] {
-        &support().missing
+    /// What this sandbox runs without on this host: the protections the kernel lacks (probed
+    /// once per judge process) and, on a GPU, those that are off there. Empty when complete.
+    pub fn missing_features(&self) -> Vec<&'static str> {
+        let mut missing = support().missing.clone();
+        if self.gpu_devices {
+            missing.extend(GPU_OFF);
+        }
+        missing
     }
 
     /// Everything `enter` needs, built before fork: the Landlock ruleset and the plan.
     pub(crate) fn prepare(&self, python: &Path) -> io::Result<Confinement> {
         let support = support();
-        let ruleset = if support.landlock_abi >= 1 {
+        // On a GPU only the protections CUDA is known to work under are applied (see GPU_OFF).
+        let gpu = self.gpu_devices;
+        let ruleset = if support.landlock_abi >= 1 && !gpu {
             Some(self.ruleset(support.landlock_abi, python)?)
         } else {
             None
@@ -289,21 +315,18 @@ impl Sandbox {
         if self.isolate_network && support.net_namespace {
             namespaces |= libc::CLONE_NEWNET;
         }
-        if support.ipc_namespace {
+        if support.ipc_namespace && !gpu {
             namespaces |= libc::CLONE_NEWIPC;
         }
-        // TEMPORARY-DEBUG
-        let off = std::env::var("CRUCIBLE_SANDBOX_DEBUG_OFF").unwrap_or_default();
-        let ruleset = if off.contains("landlock") { None } else { ruleset };
         Ok(Confinement {
-            seccomp: support.seccomp && !off.contains("seccomp"),
-            own_user: support.own_user && !off.contains("uid"),
-            pid_namespace: support.pid_namespace && !off.contains("pidns"),
             ruleset,
             max_file_bytes: self.max_file_bytes,
             max_open_files: self.max_open_files,
             max_processes: self.max_processes,
-            namespaces: if off.contains("ns") { 0 } else { namespaces },
+            namespaces,
+            pid_namespace: support.pid_namespace && !gpu,
+            own_user: support.own_user && !gpu,
+            seccomp: support.seccomp && !gpu,
         })
     }
 
@@ -532,7 +555,8 @@ impl Confinement {
             let uid = UID_BASE + libc::getpid() as u32;
             if self.pid_namespace {
                 check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
-                enter_pid_namespace(self.namespaces)?;
+                let ruleset = self.ruleset.as_ref().map(|r| r.as_raw_fd());
+                enter_pid_namespace(self.namespaces, ruleset)?;
             } else if self.namespaces != 0 {
                 check(libc::unshare(self.namespaces))?;
             }
@@ -562,7 +586,10 @@ impl Confinement {
 }
 
 /// Supervisor → init → candidate. Returns in the candidate only.
-unsafe fn enter_pid_namespace(namespaces: libc::c_int) -> io::Result<()> {
+unsafe fn enter_pid_namespace(
+    namespaces: libc::c_int,
+    ruleset: Option<libc::c_int>,
+) -> io::Result<()> {
     // SAFETY: raw system calls in the forked child (see `Confinement::enter`).
     unsafe {
         // Init writes the candidate's wait status here; the supervisor holds the read end, so
@@ -570,7 +597,9 @@ unsafe fn enter_pid_namespace(namespaces: libc::c_int) -> io::Result<()> {
         let mut pipe = [-1; 2];
         check(libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC))?;
         let [read_end, write_end] = pipe;
-        check(libc::unshare(libc::CLONE_NEWPID | namespaces))?;
+        check(libc::unshare(
+            libc::CLONE_NEWPID | libc::CLONE_NEWNS | namespaces,
+        ))?;
         match libc::fork() {
             -1 => return Err(io::Error::last_os_error()),
             0 => {}
@@ -583,12 +612,56 @@ unsafe fn enter_pid_namespace(namespaces: libc::c_int) -> io::Result<()> {
         if supervisor_gone(write_end) {
             libc::_exit(SUPERVISOR_FAILED);
         }
+        mount_private_proc(ruleset)?;
         match libc::fork() {
             -1 => return Err(io::Error::last_os_error()),
             0 => {}
             candidate => reap(candidate, write_end),
         }
         libc::close(write_end);
+    }
+    Ok(())
+}
+
+/// Mounts a /proc of the new PID namespace over the host's, in the new mount namespace: the
+/// candidate sees only its own processes, and pids in /proc match what getpid() says (the CUDA
+/// driver fails to initialize otherwise). The new /proc needs a Landlock rule of its own: rules
+/// follow inodes, and the parent's rule is on the host's /proc.
+unsafe fn mount_private_proc(ruleset: Option<libc::c_int>) -> io::Result<()> {
+    // SAFETY: raw system calls with static NUL-terminated strings and valid structs.
+    unsafe {
+        // Private first, so nothing mounted here propagates to the host.
+        check(libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        check(libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ))?;
+        if let Some(ruleset) = ruleset {
+            let fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            check(fd)?;
+            let attr = PathBeneathAttr {
+                allowed_access: FS_READ_FILE | FS_READ_DIR,
+                parent_fd: fd,
+            };
+            let rc = libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset,
+                LANDLOCK_RULE_PATH_BENEATH,
+                &attr as *const PathBeneathAttr,
+                0u32,
+            );
+            libc::close(fd);
+            check(rc as libc::c_int)?;
+        }
     }
     Ok(())
 }
@@ -789,75 +862,43 @@ const fn deny(errno: libc::c_int) -> libc::sock_filter {
     bpf_stmt(RETURN, libc::SECCOMP_RET_ERRNO | errno as u32)
 }
 
+const fn jump_if(test: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    bpf_jump(libc::BPF_JMP | test | libc::BPF_K, k, jt, jf)
+}
+
 /// Refuses `socket(AF_UNIX, ..)`, `clone3` (its flags are out of a filter's reach; libc falls
 /// back to `clone` on ENOSYS) and `clone`/`unshare` with `CLONE_NEWUSER`; allows the rest.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-static SECCOMP_FILTER: [libc::sock_filter; 18] = [
-    bpf_stmt(LOAD, SECCOMP_ARCH),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-        AUDIT_ARCH,
-        1,
-        0,
-    ),
-    bpf_stmt(RETURN, libc::SECCOMP_RET_KILL_PROCESS),
-    bpf_stmt(LOAD, SECCOMP_NR),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
-        SYSCALL_ABI_BIT,
-        0,
-        1,
-    ),
-    deny(libc::EPERM),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-        libc::SYS_clone3 as u32,
-        0,
-        1,
-    ),
-    deny(libc::ENOSYS),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-        libc::SYS_socket as u32,
-        0,
-        3,
-    ),
-    bpf_stmt(LOAD, SECCOMP_ARG0),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-        libc::AF_UNIX as u32,
-        0,
-        6,
-    ),
-    deny(libc::EACCES),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-        libc::SYS_unshare as u32,
-        1,
-        0,
-    ),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
-        libc::SYS_clone as u32,
-        0,
-        3,
-    ),
-    bpf_stmt(LOAD, SECCOMP_ARG0),
-    bpf_jump(
-        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
-        libc::CLONE_NEWUSER as u32,
-        0,
-        1,
-    ),
-    deny(libc::EPERM),
-    bpf_stmt(RETURN, libc::SECCOMP_RET_ALLOW),
-];
+static SECCOMP_FILTER: [libc::sock_filter; 18] = {
+    use libc::{BPF_JEQ, BPF_JGE, BPF_JSET};
+    [
+        bpf_stmt(LOAD, SECCOMP_ARCH),
+        jump_if(BPF_JEQ, AUDIT_ARCH, 1, 0),
+        bpf_stmt(RETURN, libc::SECCOMP_RET_KILL_PROCESS),
+        bpf_stmt(LOAD, SECCOMP_NR),
+        jump_if(BPF_JGE, SYSCALL_ABI_BIT, 0, 1),
+        deny(libc::EPERM),
+        jump_if(BPF_JEQ, libc::SYS_clone3 as u32, 0, 1),
+        deny(libc::ENOSYS),
+        jump_if(BPF_JEQ, libc::SYS_socket as u32, 0, 3),
+        bpf_stmt(LOAD, SECCOMP_ARG0),
+        jump_if(BPF_JEQ, libc::AF_UNIX as u32, 0, 6),
+        deny(libc::EACCES),
+        jump_if(BPF_JEQ, libc::SYS_unshare as u32, 1, 0),
+        jump_if(BPF_JEQ, libc::SYS_clone as u32, 0, 3),
+        bpf_stmt(LOAD, SECCOMP_ARG0),
+        jump_if(BPF_JSET, libc::CLONE_NEWUSER as u32, 0, 1),
+        deny(libc::EPERM),
+        bpf_stmt(RETURN, libc::SECCOMP_RET_ALLOW),
+    ]
+};
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 unsafe fn install_seccomp() -> io::Result<()> {
+    let filter = &SECCOMP_FILTER;
     let program = libc::sock_fprog {
-        len: SECCOMP_FILTER.len() as libc::c_ushort,
-        filter: SECCOMP_FILTER.as_ptr().cast_mut(),
+        len: filter.len() as libc::c_ushort,
+        filter: filter.as_ptr().cast_mut(),
     };
     // SAFETY: `program` points at a valid filter that lives for the whole program; the kernel
     // copies it. A filter needs no_new_privs (already set in the candidate; the probe needs it).

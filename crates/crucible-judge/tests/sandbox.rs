@@ -53,10 +53,10 @@ fn judge(name: &str, values: &[(&str, String)], cfg: &EvalConfig) -> EvalResult 
 /// The sandbox refused the attack and the candidate went on to an honest, correct answer.
 fn assert_contained(result: &EvalResult) {
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    let missing = Sandbox::default().missing_features();
     assert!(
-        Sandbox::missing_features().is_empty(),
-        "these tests need the full sandbox; this host lacks {:?}",
-        Sandbox::missing_features()
+        missing.is_empty(),
+        "these tests need the full sandbox; this host lacks {missing:?}"
     );
 }
 
@@ -114,7 +114,7 @@ fn honest_candidate_is_correct_and_a_degraded_sandbox_is_reported() {
     let result = judge("honest_relu.py", &[], &config());
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     let degraded = result.findings.iter().any(|f| f.code == "sandbox-degraded");
-    assert_eq!(degraded, !Sandbox::missing_features().is_empty());
+    assert_eq!(degraded, !Sandbox::default().missing_features().is_empty());
 }
 
 #[test]
@@ -307,13 +307,14 @@ fn judge_for_the_orphan_test() {
 }
 
 /// On a GPU host only (`CRUCIBLE_TEST_DEVICE=cuda:0`): CUDA, Triton's compiler, timing and the
-/// profiler all work inside the sandbox, over both transports.
+/// profiler all work in the candidate's (reduced) GPU sandbox, over both transports, and the
+/// result says what the sandbox ran without.
 #[test]
 fn gpu_candidate_runs_in_the_sandbox() {
     let Ok(device) = std::env::var("CRUCIBLE_TEST_DEVICE") else {
         return;
     };
-    for transport in [Transport::CudaIpc, Transport::Shm] {
+    for transport in [Transport::Shm, Transport::CudaIpc] {
         let mut cfg = EvalConfig::new(&device);
         cfg.verify_policy = None;
         cfg.transport = transport;
@@ -328,7 +329,14 @@ fn gpu_candidate_runs_in_the_sandbox() {
             result.timing.is_some() && result.profile.is_some(),
             "{transport:?}"
         );
-        let result = judge("sandbox_kill_parent.py", &[], &cfg);
-        assert_contained(&result);
+        let degraded = result
+            .findings
+            .iter()
+            .find(|f| f.code == "sandbox-degraded");
+        assert!(
+            degraded.is_some_and(|f| f.message.contains("off on a GPU")),
+            "{:#?}",
+            result.findings
+        );
     }
 }

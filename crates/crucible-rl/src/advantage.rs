@@ -255,6 +255,14 @@ impl std::fmt::Display for Summary {
 /// Computes returns, masks, rejections and advantages; outputs are in input order.
 pub fn compute(rows: &[TurnInput], cfg: &Config) -> Result<(Vec<TurnOutput>, Summary)> {
     cfg.validate()?;
+    // Row positions are kept as u32 to halve the sort keys.
+    if u32::try_from(rows.len()).is_err() {
+        return Err(Error::InvalidParam {
+            name: "batch size",
+            value: rows.len().to_string(),
+            why: "a batch holds at most 2^32 − 1 rows; split it by prompt",
+        });
+    }
     // Grouped input is processed in place; anything else is sorted into a copy, so that every
     // pass below reads memory in order. `order[pos]` is then the input row at `pos`.
     let (order, sorted) = if is_grouped(rows) {

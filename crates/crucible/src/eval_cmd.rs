@@ -157,7 +157,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // Each result is written the moment it exists: an interrupted batch keeps what it judged.
     let sink = Mutex::new(out);
     let results = if batch {
-        run_batch(&runtime, &cfg, &pairs, &sources, args.jobs, args.json, &sink)
+        run_batch(
+            &runtime, &cfg, &pairs, &sources, args.jobs, args.json, &sink,
+        )
     } else {
         let (task, candidate) = &pairs[0];
         let (task_src, candidate_src) = &sources[0];
