@@ -111,8 +111,11 @@ def env_info(torch, device):
     if device.startswith("cuda"):
         info["device_name"] = torch.cuda.get_device_name(torch.device(device))
         try:
-            info["driver"] = str(torch._C._cuda_getDriverVersion())
-        except Exception:
+            # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."
+            with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
+                words = f.readline().split("Kernel Module")[-1].split()
+            info["driver"] = words[0] if words else None
+        except OSError:
             pass
     return info
 

@@ -258,46 +258,6 @@ pub fn disguise_source(task_src: &str) -> String {
     )
 }
 
-/// (atol, rtol) pairs the referee expects, per output precision.
-fn tolerance_json(profile: ToleranceProfile) -> Value {
-    let full = match profile {
-        ToleranceProfile::KbV0 => 1e-2,
-        ToleranceProfile::Strict => 1e-4,
-    };
-    json!({"fp32": [full, full], "half": [1e-2, 1e-2]})
-}
-
-fn audit_env(runtime: &Runtime, device: &str, home: &Path) -> Vec<(String, String)> {
-    let mut env = vec![
-        (
-            "PYTHONPATH".to_string(),
-            runtime.harness_root.display().to_string(),
-        ),
-        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-        ("PYTHONUNBUFFERED".into(), "1".into()),
-        ("HOME".into(), home.display().to_string()),
-        ("TMPDIR".into(), home.display().to_string()),
-    ];
-    // The same pass-through list as the judge's harness processes: enough to find libraries
-    // and devices, nothing else of the caller's environment.
-    for key in [
-        "PATH",
-        "LD_LIBRARY_PATH",
-        "CUDA_VISIBLE_DEVICES",
-        "CUDA_HOME",
-        "LANG",
-        "OMP_NUM_THREADS",
-    ] {
-        if let Ok(value) = std::env::var(key) {
-            env.push((key.to_string(), value));
-        }
-    }
-    if device == "cpu" {
-        env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
-    }
-    env
-}
-
 /// The audit process, restarted on demand after a task kills or hangs it.
 struct Auditor<'a> {
     runtime: &'a Runtime,
@@ -312,7 +272,7 @@ impl Auditor<'_> {
             let mut process = HarnessProcess::spawn(Spawn {
                 python: self.runtime.python.clone(),
                 module: "crucible_harness.audit",
-                env: audit_env(self.runtime, &self.cfg.device, &self.home),
+                env: crate::judge::harness_env(self.runtime, &self.cfg.device, &self.home),
                 cwd: self.home.clone(),
                 sandbox: None,
             })
@@ -343,7 +303,7 @@ impl Auditor<'_> {
             "device": cfg.device,
             "init_seed": seeds.init,
             "seeds": seeds.trials,
-            "tolerance": tolerance_json(cfg.tolerance),
+            "tolerance": cfg.tolerance.referee_json(),
             "nulls": NULLS,
         });
         let process = self.process()?;

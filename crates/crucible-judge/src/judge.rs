@@ -5,7 +5,7 @@
 //! classified by stage. Nothing the candidate process reports is taken as a verdict: the
 //! referee compares outputs, and this module does the arithmetic.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crucible_result::{
@@ -47,6 +47,12 @@ impl ToleranceProfile {
             ToleranceProfile::KbV0 => "kb-v0",
             ToleranceProfile::Strict => "strict",
         }
+    }
+
+    /// The (atol, rtol) pairs the referee applies, per output precision.
+    pub(crate) fn referee_json(self) -> Value {
+        let full = self.full_precision();
+        json!({"fp32": [full, full], "half": [1e-2, 1e-2]})
     }
 
     /// (atol, rtol) for fp32 and wider outputs.
@@ -334,7 +340,9 @@ fn candidate_class(name: &str) -> FailureClass {
     }
 }
 
-fn harness_env(runtime: &Runtime, cfg: &EvalConfig, home: &Path) -> Vec<(String, String)> {
+/// The whole environment of a harness process (referee, candidate or audit), built from
+/// nothing: the caller's own environment never leaks into it.
+pub(crate) fn harness_env(runtime: &Runtime, device: &str, home: &Path) -> Vec<(String, String)> {
     let mut env = vec![
         (
             "PYTHONPATH".to_string(),
@@ -348,7 +356,7 @@ fn harness_env(runtime: &Runtime, cfg: &EvalConfig, home: &Path) -> Vec<(String,
             home.join("triton").display().to_string(),
         ),
         ("TMPDIR".into(), home.display().to_string()),
-        ("CRUCIBLE_DEVICE".into(), cfg.device.clone()),
+        ("CRUCIBLE_DEVICE".into(), device.to_string()),
     ];
     // Only what the runtimes need to find their libraries and devices; tokens, queue URLs
     // and the rest of the judge's environment never reach the harness.
@@ -364,7 +372,7 @@ fn harness_env(runtime: &Runtime, cfg: &EvalConfig, home: &Path) -> Vec<(String,
             env.push((key.to_string(), value));
         }
     }
-    if !cfg.is_gpu() {
+    if device == "cpu" {
         env.push(("TRITON_INTERPRET".into(), "1".into()));
         env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
     }
@@ -381,6 +389,28 @@ pub fn evaluate(
     candidate_path: &Path,
     candidate_src: &[u8],
     cfg: &EvalConfig,
+) -> EvalResult {
+    evaluate_with(
+        runtime,
+        task_path,
+        task_src,
+        candidate_path,
+        candidate_src,
+        cfg,
+        None,
+    )
+}
+
+/// [`evaluate`], on processes started earlier with [`Workers::start`] (a rejected candidate
+/// leaves them unused; they are killed when dropped).
+pub fn evaluate_with(
+    runtime: &Runtime,
+    task_path: &Path,
+    task_src: &[u8],
+    candidate_path: &Path,
+    candidate_src: &[u8],
+    cfg: &EvalConfig,
+    prestarted: Option<Workers>,
 ) -> EvalResult {
     let started = Instant::now();
     let seeds = derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1));
@@ -407,6 +437,7 @@ pub fn evaluate(
             task_path,
             candidate_src,
             &seeds,
+            prestarted,
             &mut timing,
             &mut profile,
         )
@@ -535,97 +566,97 @@ fn verify_stage(eval: &mut Evaluation<'_>, candidate_src: &[u8]) -> Result<(), S
     })
 }
 
-fn run(
-    eval: &mut Evaluation<'_>,
-    task_path: &Path,
-    candidate_src: &[u8],
-    seeds: &Seeds,
-    timing_out: &mut Option<Timing>,
-    profile_out: &mut Option<Profile>,
-) -> Result<(), Stop> {
-    let cfg = eval.cfg;
-    let runtime = eval.runtime;
-    let infra = |what: &str, e: std::io::Error| Stop::Infra(format!("{what}: {e}"));
+/// A referee and a candidate harness process with their scratch directories, started before
+/// they are needed: interpreter start-up (importing torch, bringing up the device) is most of an
+/// evaluation's fixed cost, and a batch overlaps it with the previous evaluation.
+pub struct Workers {
+    referee: HarnessProcess,
+    candidate: HarnessProcess,
+    candidate_dir: tempfile::TempDir,
+    shared_dir: PathBuf,
+    missing_sandbox: Vec<&'static str>,
+    device: String,
+    // Dropped last: the processes map files inside it.
+    _referee_dir: tempfile::TempDir,
+}
 
-    // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
-    let scratch_parent = Some(Path::new("/dev/shm"))
-        .filter(|p| p.is_dir())
-        .map(Path::to_path_buf)
-        .unwrap_or_else(std::env::temp_dir);
-    let referee_dir = tempfile::Builder::new()
-        .prefix("crucible-ref-")
-        .tempdir_in(&scratch_parent)
-        .map_err(|e| infra("creating the referee's scratch directory", e))?;
-    let candidate_dir = tempfile::Builder::new()
-        .prefix("crucible-cand-")
-        .tempdir_in(&scratch_parent)
-        .map_err(|e| infra("creating the candidate's scratch directory", e))?;
-    let candidate_file = candidate_dir.path().join("solution.py");
-    std::fs::write(&candidate_file, candidate_src)
-        .map_err(|e| infra("writing the candidate file", e))?;
-    let task_abs = std::fs::canonicalize(task_path).map_err(|e| infra("reading the task", e))?;
-
-    // The referee shares tensors in a directory of their own: its HOME and caches, which it
-    // loads code from, stay out of the sandboxed candidate's reach.
-    let shared_dir = referee_dir.path().join("shared");
-    std::fs::create_dir(&shared_dir)
-        .map_err(|e| infra("creating the shared-tensor directory", e))?;
-
-    let candidate_sandbox = cfg.sandbox.clone().map(|sandbox| {
-        // It writes its outputs into the referee's files; with CUDA IPC, torch keeps reference
-        // counts in files it creates in /dev/shm.
-        let mut shared = vec![shared_dir.as_path()];
-        if cfg.transport_name() == "cuda_ipc" {
-            shared.push(Path::new("/dev/shm"));
+impl Workers {
+    /// Spawns both processes and returns without waiting for them to be ready.
+    pub fn start(runtime: &Runtime, cfg: &EvalConfig) -> Result<Workers, String> {
+        fn io(what: &'static str) -> impl Fn(std::io::Error) -> String {
+            move |e| format!("{what}: {e}")
         }
-        sandbox.for_candidate(
-            &runtime.harness_root,
-            candidate_dir.path(),
-            &shared,
-            cfg.is_gpu(),
-        )
-    });
-    let missing = candidate_sandbox
-        .as_ref()
-        .map(Sandbox::missing_features)
-        .unwrap_or_default();
-    if !missing.is_empty() {
-        eval.findings.push(Finding {
-            code: "sandbox-degraded".into(),
-            severity: Severity::Info,
-            message: format!(
-                "the candidate ran in a partial sandbox, without: {}",
-                missing.join("; ")
-            ),
-            line: None,
-            column: None,
+        // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
+        let scratch_parent = Some(Path::new("/dev/shm"))
+            .filter(|p| p.is_dir())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        let scratch = |prefix: &str| {
+            tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir_in(&scratch_parent)
+        };
+        let referee_dir =
+            scratch("crucible-ref-").map_err(io("creating the referee's scratch directory"))?;
+        let candidate_dir =
+            scratch("crucible-cand-").map_err(io("creating the candidate's scratch directory"))?;
+        // The referee shares tensors in a directory of their own: its HOME and caches, which it
+        // loads code from, stay out of the sandboxed candidate's reach.
+        let shared_dir = referee_dir.path().join("shared");
+        std::fs::create_dir(&shared_dir).map_err(io("creating the shared-tensor directory"))?;
+        let candidate_sandbox = cfg.sandbox.clone().map(|sandbox| {
+            // It writes its outputs into the referee's files; with CUDA IPC, torch keeps
+            // reference counts in files it creates in /dev/shm.
+            let mut shared = vec![shared_dir.as_path()];
+            if cfg.transport_name() == "cuda_ipc" {
+                shared.push(Path::new("/dev/shm"));
+            }
+            sandbox.for_candidate(
+                &runtime.harness_root,
+                candidate_dir.path(),
+                &shared,
+                cfg.is_gpu(),
+            )
         });
-    }
-    // Both processes import torch at the same time; that start-up is the judge's cost.
-    let (mut referee, mut candidate) = eval.stage("start", |_| {
+        let missing_sandbox = candidate_sandbox
+            .as_ref()
+            .map(Sandbox::missing_features)
+            .unwrap_or_default();
         let spawn = |module, dir: &Path, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
                 module,
-                env: harness_env(runtime, cfg, dir),
+                env: harness_env(runtime, &cfg.device, dir),
                 cwd: dir.to_path_buf(),
                 sandbox,
             })
         };
-        let mut referee = spawn("crucible_harness.referee", referee_dir.path(), None)
-            .map_err(|e| infra("starting the referee", e))?;
-        let mut candidate = spawn(
+        let referee = spawn("crucible_harness.referee", referee_dir.path(), None)
+            .map_err(io("starting the referee"))?;
+        let candidate = spawn(
             "crucible_harness.candidate",
             candidate_dir.path(),
-            candidate_sandbox.clone(),
+            candidate_sandbox,
         )
-        .map_err(|e| infra("starting the candidate process", e))?;
-        // Failures before the candidate file is even loaded are the judge's.
+        .map_err(io("starting the candidate process"))?;
+        Ok(Workers {
+            referee,
+            candidate,
+            candidate_dir,
+            shared_dir,
+            missing_sandbox,
+            device: cfg.device.clone(),
+            _referee_dir: referee_dir,
+        })
+    }
+
+    /// Waits for both hellos. Failures before the candidate file is even loaded are the judge's.
+    fn ready(&mut self, timeout: Duration) -> Result<(), Stop> {
         for (who, process) in [
-            ("referee", &mut referee),
-            ("candidate harness", &mut candidate),
+            ("referee", &mut self.referee),
+            ("candidate harness", &mut self.candidate),
         ] {
-            match process.receive(cfg.limits.start) {
+            match process.receive(timeout) {
                 Ok(hello) if hello["ok"] == json!(true) => {}
                 Ok(hello) => {
                     return Err(Stop::Infra(format!(
@@ -641,13 +672,53 @@ fn run(
                 }
             }
         }
-        Ok((referee, candidate))
-    })?;
+        Ok(())
+    }
+}
 
+fn run(
+    eval: &mut Evaluation<'_>,
+    task_path: &Path,
+    candidate_src: &[u8],
+    seeds: &Seeds,
+    prestarted: Option<Workers>,
+    timing_out: &mut Option<Timing>,
+    profile_out: &mut Option<Profile>,
+) -> Result<(), Stop> {
+    let cfg = eval.cfg;
+    let runtime = eval.runtime;
+    // Workers started for another device (or configuration) are not used.
+    let prestarted = prestarted.filter(|w| w.device == cfg.device);
+    let mut workers = eval.stage("start", |_| {
+        let mut workers = match prestarted {
+            Some(workers) => workers,
+            None => Workers::start(runtime, cfg).map_err(Stop::Infra)?,
+        };
+        workers.ready(cfg.limits.start)?;
+        Ok(workers)
+    })?;
+    if !workers.missing_sandbox.is_empty() {
+        eval.findings.push(Finding {
+            code: "sandbox-degraded".into(),
+            severity: Severity::Info,
+            message: format!(
+                "the candidate ran in a partial sandbox, without: {}",
+                workers.missing_sandbox.join("; ")
+            ),
+            line: None,
+            column: None,
+        });
+    }
+    let infra = |what: &str, e: std::io::Error| Stop::Infra(format!("{what}: {e}"));
+    let candidate_file = workers.candidate_dir.path().join("solution.py");
+    std::fs::write(&candidate_file, candidate_src)
+        .map_err(|e| infra("writing the candidate file", e))?;
+    let task_abs = std::fs::canonicalize(task_path).map_err(|e| infra("reading the task", e))?;
+    let shared_dir = workers.shared_dir.clone();
     let outcome = run_started(
         eval,
-        &mut referee,
-        &mut candidate,
+        &mut workers.referee,
+        &mut workers.candidate,
         &task_abs,
         &shared_dir,
         &candidate_file,
@@ -655,8 +726,8 @@ fn run(
         timing_out,
         profile_out,
     );
-    candidate.shutdown();
-    referee.shutdown();
+    workers.candidate.kill();
+    workers.referee.kill();
     outcome
 }
 
@@ -673,7 +744,6 @@ fn run_started(
     profile_out: &mut Option<Profile>,
 ) -> Result<(), Stop> {
     let cfg = eval.cfg;
-    let tol = cfg.tolerance.full_precision();
     let init = eval.stage("reference", |eval| {
         let reply = referee_call(
             referee,
@@ -686,7 +756,7 @@ fn run_started(
                 "scratch": referee_dir,
                 "init_seed": seeds.init,
                 "inputs_on_host": cfg.inputs_on_host,
-                "tolerance": {"fp32": [tol, tol], "half": [1e-2, 1e-2]},
+                "tolerance": cfg.tolerance.referee_json(),
             }),
             cfg.limits.load + cfg.limits.trial,
         )?;

@@ -14,6 +14,9 @@ pub mod runtime;
 pub mod sandbox;
 
 pub use crucible_verify::Policy as VerifyPolicy;
-pub use judge::{EvalConfig, StageLimits, TimingConfig, ToleranceProfile, Transport, evaluate};
+pub use judge::{
+    EvalConfig, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers, evaluate,
+    evaluate_with,
+};
 pub use runtime::Runtime;
 pub use sandbox::Sandbox;

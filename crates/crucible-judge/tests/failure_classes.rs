@@ -288,7 +288,11 @@ fn verifier_reports_syntax_errors_with_line_and_column() {
     assert_failure(&result, Verdict::CompileError, FailureClass::SyntaxError);
     let failure = result.failure.unwrap();
     assert_eq!(failure.stage, "verify");
-    assert!(failure.message.contains("line 9"), "{}", failure.message);
+    assert!(
+        failure.message.contains("line 7, column 25"),
+        "{}",
+        failure.message
+    );
 }
 
 #[test]

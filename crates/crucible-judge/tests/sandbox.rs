@@ -285,10 +285,36 @@ fn the_candidate_dies_with_the_judge() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let scratch = scratch_dirs_of(judge_process.id());
     judge_process.kill().unwrap();
     judge_process.wait().unwrap();
     let left = survivors(&marker, Duration::from_secs(10));
+    // A killed judge cannot remove its scratch directories.
+    for dir in scratch {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     assert!(left.is_empty(), "outlived the judge: {left:#?}");
+}
+
+/// The working directories of a judge's children (the referee's and the candidate's scratch).
+fn scratch_dirs_of(judge: u32) -> Vec<PathBuf> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{judge}/task")) else {
+        return vec![];
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|children| {
+            children
+                .split_whitespace()
+                .filter_map(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|dir| {
+            dir.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("crucible-"))
+        })
+        .collect()
 }
 
 #[test]

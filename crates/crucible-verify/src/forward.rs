@@ -943,6 +943,11 @@ impl<'s, 'a> Walker<'s, 'a> {
                     self.args(c);
                     return Val::of(Kind::Instance(class));
                 }
+                if id == "Model" {
+                    // The reference model (imported, or expected to be in scope): PyTorch.
+                    self.args(c);
+                    return Val::of(Kind::Layer("Model".to_string()));
+                }
                 if let Some(q) = self.sem.qualname(&c.func) {
                     return self.qual_call(c, q);
                 }

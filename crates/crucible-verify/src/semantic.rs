@@ -464,10 +464,15 @@ impl<'a> Semantic<'a> {
     pub(crate) fn static_kind(&self, e: &Expr) -> Kind {
         match e {
             Expr::Call(call) => {
-                if let Expr::Name(n) = &*call.func
-                    && let Some(c) = self.module_class(n.id.as_str())
-                {
-                    return Kind::Instance(c);
+                if let Expr::Name(n) = &*call.func {
+                    match self.module_class(n.id.as_str()) {
+                        Some(c) => return Kind::Instance(c),
+                        // The reference model, imported or assumed: a PyTorch module.
+                        None if n.id.as_str() == "Model" => {
+                            return Kind::Layer("Model".to_string());
+                        }
+                        None => {}
+                    }
                 }
                 if self.is_dict_constructor(e) {
                     return Kind::Dict;
@@ -496,6 +501,7 @@ impl<'a> Semantic<'a> {
                 }
             }
             Expr::Name(n) => self.name_kind(n.id.as_str()),
+            Expr::Attribute(_) => self.qualname(e).map_or(Kind::Unknown, Kind::Qual),
             Expr::If(i) => {
                 let (body, orelse) = (self.static_kind(&i.body), self.static_kind(&i.orelse));
                 if orelse.rank() > body.rank() {

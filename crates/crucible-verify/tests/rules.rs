@@ -247,6 +247,27 @@ fn torch_compute_in_forward() {
         )),
         "torch-compute-in-forward",
     );
+    // Evasions: an attribute bound to a torch function, unbound layer methods, `operator`,
+    // dunder methods, and running the reference `Model`.
+    let bound = |init: &str, forward: &str| {
+        format!(
+            "import operator\n{HEADER}{KERNEL}class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n{}\n    def forward(self, x):\n{}",
+            indent(init, 8),
+            indent(forward, 8)
+        )
+    };
+    for (init, forward) in [
+        ("self.act = torch.relu\n", "return self.act(x)\n"),
+        (
+            "self.linear = nn.Linear(8, 8)\n",
+            "return nn.Linear.forward(self.linear, x)\n",
+        ),
+        ("self.ref = Model()\n", "return self.ref(x)\n"),
+        ("pass\n", "return operator.matmul(x, x)\n"),
+        ("pass\n", "x = x.contiguous()\nreturn x.__matmul__(x)\n"),
+    ] {
+        fires(&bound(init, forward), "torch-compute-in-forward");
+    }
     // Compute hidden in a helper that forward calls is on the path.
     fires(
         &candidate(

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use crucible_judge::{EvalConfig, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport};
+use crucible_judge::{
+    EvalConfig, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers,
+};
 use crucible_result::{EvalResult, Verdict};
 
 #[derive(clap::Args)]
@@ -71,6 +73,9 @@ pub struct EvalArgs {
     /// Run the candidate without the sandbox (debugging only).
     #[arg(long)]
     no_sandbox: bool,
+    /// In batch mode, do not start the next evaluation's processes while one runs.
+    #[arg(long)]
+    no_prewarm: bool,
     /// Evaluations to run at once in batch mode.
     #[arg(long, short = 'j', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     jobs: u32,
@@ -158,7 +163,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let sink = Mutex::new(out);
     let results = if batch {
         run_batch(
-            &runtime, &cfg, &pairs, &sources, args.jobs, args.json, &sink,
+            &runtime,
+            &cfg,
+            &pairs,
+            &sources,
+            args.jobs,
+            args.json,
+            !args.no_prewarm,
+            &sink,
         )
     } else {
         let (task, candidate) = &pairs[0];
@@ -242,6 +254,7 @@ fn run_batch(
     sources: &[(Vec<u8>, Vec<u8>)],
     jobs: u32,
     json: bool,
+    prewarm: bool,
     sink: &Mutex<Option<std::fs::File>>,
 ) -> Vec<EvalResult> {
     let bar = indicatif::ProgressBar::new(pairs.len() as u64);
@@ -254,24 +267,33 @@ fn run_batch(
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(pairs.len() as u32) {
             scope.spawn(|| {
+                // The next evaluation's processes start while this one runs.
+                let mut warm: Option<Workers> = None;
                 loop {
-                    let index = {
+                    let (index, more) = {
                         let Ok(mut next) = next.lock() else { return };
                         let index = *next;
                         *next += 1;
-                        index
+                        (index, *next < pairs.len())
                     };
                     let Some((task, candidate)) = pairs.get(index) else {
                         return;
                     };
+                    let current = warm.take();
+                    if prewarm && more {
+                        warm = Workers::start(runtime, cfg)
+                            .inspect_err(|e| tracing::warn!("cannot prestart workers: {e}"))
+                            .ok();
+                    }
                     let (task_src, candidate_src) = &sources[index];
-                    let result = crucible_judge::evaluate(
+                    let result = crucible_judge::evaluate_with(
                         runtime,
                         task,
                         task_src,
                         candidate,
                         candidate_src,
                         cfg,
+                        current,
                     );
                     bar.set_message(format!("{} {}", result.task.name, result.verdict.as_str()));
                     bar.inc(1);

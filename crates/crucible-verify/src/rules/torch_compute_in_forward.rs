@@ -192,8 +192,17 @@ const NON_COMPUTE_NAMESPACES: &[&str] = &[
     "xpu",
 ];
 
+/// `operator` functions that apply arithmetic (to tensors, on the forward path).
+const OPERATOR_FUNCTIONS: &[&str] = &[
+    "abs", "add", "floordiv", "iadd", "imatmul", "imul", "isub", "itruediv", "matmul", "mod",
+    "mul", "neg", "pow", "sub", "truediv",
+];
+
 /// Whether calling the `torch` function `qual` computes; `None` when it is not a torch name.
 fn torch_function_computes(qual: &str) -> Option<bool> {
+    if let Some(op) = qual.strip_prefix("operator.") {
+        return Some(listed(OPERATOR_FUNCTIONS, op));
+    }
     let rest = qual.strip_prefix("torch.")?;
     if let Some(f) = rest.strip_prefix("nn.functional.") {
         return Some(f != "pad");
@@ -205,9 +214,13 @@ fn torch_function_computes(qual: &str) -> Option<bool> {
         return Some(true);
     }
     let top = rest.split('.').next().unwrap_or(rest);
-    if rest.starts_with("nn.") {
-        // Constructing layers and parameters is allowed; running them is reported as a layer.
-        return Some(false);
+    if let Some(member) = rest.strip_prefix("nn.") {
+        // Constructing layers and parameters is allowed; running them (`self.conv(x)`) is
+        // reported as a layer, and so is the unbound `nn.Linear.forward(layer, x)`.
+        let method = member.rsplit('.').next().unwrap_or(member);
+        return Some(
+            member.contains('.') && matches!(method, "forward" | "__call__" | "_conv_forward"),
+        );
     }
     if listed(NON_COMPUTE_NAMESPACES, top) || listed(ALLOWED_FUNCTIONS, rest) {
         return Some(false);
@@ -279,6 +292,8 @@ mod tests {
             "torch.sum",
             "torch.Tensor.add",
             "torch._C._nn.linear",
+            "torch.nn.Linear.forward",
+            "operator.matmul",
         ] {
             assert_eq!(torch_function_computes(compute), Some(true), "{compute}");
         }
@@ -298,7 +313,11 @@ mod tests {
 
     #[test]
     fn tables_are_sorted() {
-        for table in [super::ALLOWED_FUNCTIONS, super::NON_COMPUTE_NAMESPACES] {
+        for table in [
+            super::ALLOWED_FUNCTIONS,
+            super::NON_COMPUTE_NAMESPACES,
+            super::OPERATOR_FUNCTIONS,
+        ] {
             assert!(table.windows(2).all(|w| w[0] < w[1]), "{table:?}");
         }
     }
