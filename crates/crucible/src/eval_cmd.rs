@@ -162,16 +162,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     // Each result is written the moment it exists: an interrupted batch keeps what it judged.
     let sink = Mutex::new(out);
     let results = if batch {
-        run_batch(
-            &runtime,
-            &cfg,
-            &pairs,
-            &sources,
-            args.jobs,
-            args.json,
-            !args.no_prewarm,
-            &sink,
-        )
+        run_batch(&runtime, &cfg, &pairs, &sources, &args, &sink)
     } else {
         let (task, candidate) = &pairs[0];
         let (task_src, candidate_src) = &sources[0];
@@ -252,11 +243,10 @@ fn run_batch(
     cfg: &EvalConfig,
     pairs: &[(PathBuf, PathBuf)],
     sources: &[(Vec<u8>, Vec<u8>)],
-    jobs: u32,
-    json: bool,
-    prewarm: bool,
+    args: &EvalArgs,
     sink: &Mutex<Option<std::fs::File>>,
 ) -> Vec<EvalResult> {
+    let (jobs, json, prewarm) = (args.jobs, args.json, !args.no_prewarm);
     let bar = indicatif::ProgressBar::new(pairs.len() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
