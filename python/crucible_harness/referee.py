@@ -17,6 +17,7 @@ class Referee:
         self.torch = torch
         self.chan = chan
         self.trials = {}  # trial index -> (inputs, pristine inputs, expected, shared descriptors)
+        self.kept = None  # the candidate's outputs of the first trial, for the repeat check
 
     def init(self, msg):
         torch = self.torch
@@ -101,29 +102,58 @@ class Referee:
         return desc["mapped"][: desc["numel"]].view(desc["shape"])
 
     def check(self, msg):
-        """Compares the candidate's outputs (already in the shared slots) with the expected ones."""
+        """Compares the candidate's outputs (already in the shared slots) with the expected ones.
+
+        The judge has stopped the candidate's processes for the duration; what is compared is a
+        snapshot, and the slots must still hold it afterwards (nothing may write them late).
+        """
         torch = self.torch
         index = msg["trial"]
         inputs, pristine, expected, shared_inputs, slots = self.trials.pop(index)
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
-        outputs, problems = [], []
-        for j, (exp, (slot, desc)) in enumerate(zip(expected, slots)):
-            half = exp.dtype in (torch.float16, torch.bfloat16)
-            atol, rtol = self.tolerance["half" if half else "fp32"]
-            got = self._slot_value(slot, desc)
+        snapshot = [self._slot_value(slot, desc).clone() for slot, desc in slots]
+        outputs, problems, repeat_problems = [], [], []
+        for j, (exp, got) in enumerate(zip(expected, snapshot)):
+            atol, rtol = self.tolerance_for(exp)
             stats, problem = compare(torch, exp, got, atol, rtol)
             stats["index"] = j
             outputs.append(stats)
             if problem:
                 problems.append(f"output {j}: {problem}")
+        if msg.get("keep"):
+            self.kept = snapshot
+        if msg.get("against_kept") and self.kept is not None:
+            for j, (first, again) in enumerate(zip(self.kept, snapshot)):
+                atol, rtol = self.tolerance_for(first)
+                _stats, problem = compare(torch, first, again, atol, rtol)
+                if problem:
+                    repeat_problems.append(f"output {j}, second run vs first: {problem}")
         mutated = []
         for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs)):
             if isinstance(orig, torch.Tensor):
                 now = self._shared_input_value(x, desc)
                 if not torch.equal(now, orig):
                     mutated.append(i)
-        return {"passed": not problems, "outputs": outputs, "problems": problems, "mutated_inputs": mutated}
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        changed = [
+            j
+            for j, ((slot, desc), snap) in enumerate(zip(slots, snapshot))
+            if not same_bits(torch, self._slot_value(slot, desc), snap)
+        ]
+        return {
+            "passed": not problems,
+            "outputs": outputs,
+            "problems": problems,
+            "mutated_inputs": mutated,
+            "changed_after_return": changed,
+            "repeat_problems": repeat_problems,
+        }
+
+    def tolerance_for(self, tensor):
+        half = tensor.dtype in (self.torch.float16, self.torch.bfloat16)
+        return self.tolerance["half" if half else "fp32"]
 
     def time_reference(self, msg):
         torch = self.torch
@@ -191,6 +221,11 @@ def compare(torch, expected, got, atol, rtol):
             f"expected {exp.reshape(-1)[where].item():.6g}, got {act.reshape(-1)[where].item():.6g}"
         )
     return stats, None
+
+
+def same_bits(torch, a, b):
+    """Bitwise equality (NaN-safe, unlike torch.equal on floats)."""
+    return a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def unravel(flat, shape):

@@ -790,40 +790,67 @@ fn run_started(
     })?;
 
     let mut last_launches = Value::Null;
+    // One trial: fresh inputs from the referee, one forward, and the referee's comparison while
+    // the candidate is frozen.
+    let mut trial = |index: usize, seed: u64, name: &str, check: Value| {
+        let prepared = referee_call(
+            referee,
+            json!({"op": "prepare", "trial": index, "seed": seed}),
+            cfg.limits.trial,
+        )?;
+        let ran = candidate_call(
+            candidate,
+            name,
+            json!({"op": "run", "stage": name, "trial": index, "payload": prepared["payload"]}),
+            cfg.limits.trial,
+        )?;
+        let mut request = json!({"op": "check", "trial": index});
+        if let (Some(request), Some(extra)) = (request.as_object_mut(), check.as_object()) {
+            request.extend(extra.clone());
+        }
+        candidate.freeze(true);
+        let checked = referee_call(referee, request, cfg.limits.trial);
+        candidate.freeze(false);
+        let checked = checked?;
+        last_launches = ran["launches"].clone();
+        Ok::<_, Stop>((ran, checked))
+    };
     for (index, &seed) in seeds.trials.iter().enumerate() {
         let name = format!("trial_{index}");
         let passed = eval.stage(&name, |eval| {
-            let prepared = referee_call(
-                referee,
-                json!({"op": "prepare", "trial": index, "seed": seed}),
-                cfg.limits.trial,
-            )?;
-            let ran = candidate_call(
-                candidate,
-                &name,
-                json!({"op": "run", "stage": name, "trial": index, "payload": prepared["payload"]}),
-                cfg.limits.trial,
-            )?;
-            let checked = referee_call(
-                referee,
-                json!({"op": "check", "trial": index}),
-                cfg.limits.trial,
-            )?;
-            last_launches = ran["launches"].clone();
+            let (ran, checked) = trial(index, seed, &name, json!({"keep": index == 0}))?;
             Ok(record_trial(eval, seed, &ran, &checked))
         })?;
         if !passed {
-            let message = eval
-                .trials
-                .last()
-                .and_then(|t| t.message.clone())
-                .unwrap_or_default();
-            return Err(Stop::Candidate(Failure {
-                class: FailureClass::Incorrect,
-                stage: name,
-                message,
-            }));
+            return Err(incorrect(eval, name));
         }
+    }
+    // Trial 0's inputs once more: a candidate that caches by call count, or whose results
+    // depend on more than its inputs, shows here.
+    let repeated = eval.stage("repeat", |eval| {
+        let (index, seed) = (seeds.trials.len(), seeds.trials[0]);
+        let (ran, checked) = trial(index, seed, "repeat", json!({"against_kept": true}))?;
+        let disagreements: Vec<String> = strings(&checked["repeat_problems"]);
+        if !disagreements.is_empty() {
+            eval.findings.push(Finding {
+                code: "nondeterministic".into(),
+                severity: Severity::Flag,
+                message: format!(
+                    "two runs on the same inputs disagree beyond the tolerance: {}",
+                    disagreements.join("; ")
+                ),
+                line: None,
+                column: None,
+            });
+        }
+        let passed = record_trial(eval, seed, &ran, &checked);
+        if let Some(last) = eval.trials.last_mut() {
+            last.repeat_of = Some(0);
+        }
+        Ok(passed)
+    })?;
+    if !repeated {
+        return Err(incorrect(eval, "repeat".into()));
     }
     eval.launches = parse_launches(&last_launches);
     if eval.launches.is_empty() {
@@ -1012,6 +1039,32 @@ fn timing_findings(t: &TimingEvidence<'_>) -> Vec<Finding> {
     findings
 }
 
+/// The failure for the trial just recorded.
+fn incorrect(eval: &Evaluation<'_>, stage: String) -> Stop {
+    let message = eval
+        .trials
+        .last()
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    Stop::Candidate(Failure {
+        class: FailureClass::Incorrect,
+        stage,
+        message,
+    })
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn samples(reply: &Value) -> Result<Vec<f64>, Stop> {
     reply["samples_ms"]
         .as_array()
@@ -1064,6 +1117,25 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
             column: None,
         });
     }
+    let changed = checked["changed_after_return"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty());
+    if changed
+        && !eval
+            .findings
+            .iter()
+            .any(|f| f.code == "output-changed-after-return")
+    {
+        eval.findings.push(Finding {
+            code: "output-changed-after-return".into(),
+            severity: Severity::Reject,
+            message: "the outputs changed after forward returned (a background thread or \
+                      unfinished device work); forward must finish its work before returning"
+                .into(),
+            line: None,
+            column: None,
+        });
+    }
     let aliased = ran["meta"]
         .as_array()
         .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));
@@ -1089,6 +1161,7 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
         passed,
         outputs,
         message: (!passed).then(|| problems.join("\n")),
+        repeat_of: None,
     });
     passed
 }

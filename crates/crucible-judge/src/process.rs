@@ -239,6 +239,17 @@ impl HarnessProcess {
         }
     }
 
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the process and its group, so that nothing it
+    /// runs can touch shared memory while the referee reads it.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.child.id() as libc::pid_t;
+        let sig = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: plain syscall on the child's own process group.
+        unsafe {
+            libc::kill(-pid, sig);
+        }
+    }
+
     fn kill_group(&self) {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.

@@ -71,8 +71,14 @@ fn honest_candidate_is_correct_with_seeds_and_no_timing() {
     let result = judge("honest_relu.py");
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     assert!(result.correct);
-    assert_eq!(result.trials.len(), 5);
+    assert_eq!(
+        result.trials.len(),
+        6,
+        "five trials and the repeat of the first"
+    );
     assert!(result.trials.iter().all(|t| t.passed));
+    assert_eq!(result.trials[5].repeat_of, Some(0));
+    assert_eq!(result.trials[5].seed, result.trials[0].seed);
     assert_eq!(result.seeds.trials.len(), 5);
     assert!(result.timing.is_none() && result.speedup.is_none());
     assert!(
@@ -300,4 +306,34 @@ fn honest_candidate_passes_the_strict_verifier() {
     let result = judge_with("task_relu.py", "honest_relu.py", &EvalConfig::new("cpu"));
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     assert!(result.findings.iter().all(|f| f.severity == Severity::Info));
+}
+
+#[test]
+fn replaying_a_cached_output_fails_on_fresh_inputs() {
+    let result = judge("call_count_cache.py");
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+    assert_eq!(result.failure.unwrap().stage, "trial_1");
+}
+
+#[test]
+fn two_runs_that_disagree_are_flagged_nondeterministic() {
+    let result = judge("nondeterministic.py");
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert!(
+        has_finding(&result, "nondeterministic", Severity::Flag),
+        "{:?}",
+        result.findings
+    );
+}
+
+#[test]
+fn a_background_thread_writing_after_return_never_scores_correct() {
+    let result = judge("late_writer.py");
+    assert!(!result.correct, "{:?}", result.verdict);
+    assert!(
+        result.verdict == Verdict::Incorrect || result.verdict == Verdict::Rejected,
+        "{:?} {:?}",
+        result.verdict,
+        result.failure
+    );
 }

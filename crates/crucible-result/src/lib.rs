@@ -160,6 +160,10 @@ pub struct Trial {
     pub outputs: Vec<OutputError>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Set on the extra run that repeats an earlier trial's inputs (nondeterminism and
+    /// call-count caching show there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_of: Option<u32>,
 }
 
 /// Summary statistics of one timed series, in milliseconds.
