@@ -172,8 +172,10 @@ class Candidate:
         torch = self.torch
         inputs, slots = self.open_payload(msg["payload"])
         input_ptrs = {x.data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()}
+        # Launches are counted per run, so a kernel that runs only in one grad mode shows.
+        self.recorder.calls.clear()
         try:
-            with torch.no_grad():
+            with torch.set_grad_enabled(bool(msg.get("grad", False))):
                 out = self.model(*inputs)
             self.sync()
         except BaseException as exc:
@@ -211,9 +213,10 @@ class Candidate:
             elif str(value.device) != str(slot.device):
                 problem = f"output {j} is on {value.device}; expected {slot.device}"
             else:
-                slot.copy_(value)
-                if host is not None:
-                    host.copy_(slot)
+                with torch.no_grad():
+                    slot.copy_(value)
+                    if host is not None:
+                        host.copy_(slot)
         self.sync()
         return {"ok": True, "meta": meta, "problem": problem, "launches": self.recorder.report()}
 

@@ -789,7 +789,8 @@ fn run_started(
         )
     })?;
 
-    let mut last_launches = Value::Null;
+    let mut all_launches: Vec<Launch> = Vec::new();
+    let mut launch_free: Vec<String> = Vec::new();
     // One trial: fresh inputs from the referee, one forward, and the referee's comparison while
     // the candidate is frozen.
     let mut trial = |index: usize, seed: u64, name: &str, check: Value| {
@@ -801,7 +802,13 @@ fn run_started(
         let ran = candidate_call(
             candidate,
             name,
-            json!({"op": "run", "stage": name, "trial": index, "payload": prepared["payload"]}),
+            json!({
+                "op": "run",
+                "stage": name,
+                "trial": index,
+                "payload": prepared["payload"],
+                "grad": check["grad"] == json!(true),
+            }),
             cfg.limits.trial,
         )?;
         let mut request = json!({"op": "check", "trial": index});
@@ -812,7 +819,11 @@ fn run_started(
         let checked = referee_call(referee, request, cfg.limits.trial);
         candidate.freeze(false);
         let checked = checked?;
-        last_launches = ran["launches"].clone();
+        let launches = parse_launches(&ran["launches"]);
+        if launches.is_empty() {
+            launch_free.push(name.to_string());
+        }
+        merge_launches(&mut all_launches, launches);
         Ok::<_, Stop>((ran, checked))
     };
     for (index, &seed) in seeds.trials.iter().enumerate() {
@@ -829,7 +840,10 @@ fn run_started(
     // depend on more than its inputs, shows here.
     let repeated = eval.stage("repeat", |eval| {
         let (index, seed) = (seeds.trials.len(), seeds.trials[0]);
-        let (ran, checked) = trial(index, seed, "repeat", json!({"against_kept": true}))?;
+        // With autograd on, unlike the trials: a candidate that does its own work in only
+        // one grad mode shows here.
+        let check = json!({"against_kept": true, "grad": true});
+        let (ran, checked) = trial(index, seed, "repeat", check)?;
         let disagreements: Vec<String> = strings(&checked["repeat_problems"]);
         if !disagreements.is_empty() {
             eval.findings.push(Finding {
@@ -852,14 +866,17 @@ fn run_started(
     if !repeated {
         return Err(incorrect(eval, "repeat".into()));
     }
-    eval.launches = parse_launches(&last_launches);
-    if eval.launches.is_empty() {
+    eval.launches = all_launches;
+    if !launch_free.is_empty() {
         eval.findings.push(Finding {
             code: "no-triton-launch".into(),
             severity: Severity::Reject,
-            message: "forward returned correct outputs but launched none of the file's own \
-                      @triton.jit kernels; the work must be done by your Triton kernels"
-                .into(),
+            message: format!(
+                "forward returned correct outputs but launched none of the file's own \
+                 @triton.jit kernels in {} (the repeat runs with autograd on); the work must be \
+                 done by your Triton kernels",
+                launch_free.join(", ")
+            ),
             line: None,
             column: None,
         });
@@ -1164,6 +1181,21 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
         repeat_of: None,
     });
     passed
+}
+
+/// Adds one run's launches to the evaluation's totals.
+fn merge_launches(total: &mut Vec<Launch>, run: Vec<Launch>) {
+    for launch in run {
+        match total.iter_mut().find(|l| l.kernel == launch.kernel) {
+            Some(known) => {
+                known.calls += launch.calls;
+                if launch.autotune_config.is_some() {
+                    known.autotune_config = launch.autotune_config;
+                }
+            }
+            None => total.push(launch),
+        }
+    }
 }
 
 fn parse_launches(report: &Value) -> Vec<Launch> {

@@ -337,3 +337,15 @@ fn a_background_thread_writing_after_return_never_scores_correct() {
         result.failure
     );
 }
+
+#[test]
+fn a_kernel_skipped_in_one_grad_mode_is_a_decoy() {
+    let result = judge("grad_mode_decoy.py");
+    assert_eq!(result.verdict, Verdict::Rejected, "{:#?}", result.failure);
+    let finding = result
+        .findings
+        .iter()
+        .find(|f| f.code == "no-triton-launch")
+        .expect("finding");
+    assert!(finding.message.contains("repeat"), "{}", finding.message);
+}
