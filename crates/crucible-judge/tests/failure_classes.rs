@@ -349,3 +349,10 @@ fn a_kernel_skipped_in_one_grad_mode_is_a_decoy() {
         .expect("finding");
     assert!(finding.message.contains("repeat"), "{}", finding.message);
 }
+
+#[test]
+fn stale_memory_from_torch_empty_is_incorrect() {
+    // The reference runs in another process, so no freed result can be lying around.
+    let result = judge("stale_empty.py");
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+}
