@@ -240,6 +240,13 @@ struct Evaluation<'a> {
 }
 
 impl Evaluation<'_> {
+    /// Records a runtime finding once, however many trials show it.
+    fn add_once(&mut self, finding: Finding) {
+        if !self.findings.iter().any(|f| f.code == finding.code) {
+            self.findings.push(finding);
+        }
+    }
+
     fn stage<T>(
         &mut self,
         name: &str,
@@ -698,16 +705,14 @@ fn run(
         Ok(workers)
     })?;
     if !workers.missing_sandbox.is_empty() {
-        eval.findings.push(Finding {
-            code: "sandbox-degraded".into(),
-            severity: Severity::Info,
-            message: format!(
+        eval.findings.push(Finding::new(
+            "sandbox-degraded",
+            Severity::Info,
+            format!(
                 "the candidate ran in a partial sandbox, without: {}",
                 workers.missing_sandbox.join("; ")
             ),
-            line: None,
-            column: None,
-        });
+        ));
     }
     let infra = |what: &str, e: std::io::Error| Stop::Infra(format!("{what}: {e}"));
     let candidate_file = workers.candidate_dir.path().join("solution.py");
@@ -846,16 +851,14 @@ fn run_started(
         let (ran, checked) = trial(index, seed, "repeat", check)?;
         let disagreements: Vec<String> = strings(&checked["repeat_problems"]);
         if !disagreements.is_empty() {
-            eval.findings.push(Finding {
-                code: "nondeterministic".into(),
-                severity: Severity::Flag,
-                message: format!(
+            eval.findings.push(Finding::new(
+                "nondeterministic",
+                Severity::Flag,
+                format!(
                     "two runs on the same inputs disagree beyond the tolerance: {}",
                     disagreements.join("; ")
                 ),
-                line: None,
-                column: None,
-            });
+            ));
         }
         let passed = record_trial(eval, seed, &ran, &checked);
         if let Some(last) = eval.trials.last_mut() {
@@ -868,18 +871,16 @@ fn run_started(
     }
     eval.launches = all_launches;
     if !launch_free.is_empty() {
-        eval.findings.push(Finding {
-            code: "no-triton-launch".into(),
-            severity: Severity::Reject,
-            message: format!(
+        eval.findings.push(Finding::new(
+            "no-triton-launch",
+            Severity::Reject,
+            format!(
                 "forward returned correct outputs but launched none of the file's own \
                  @triton.jit kernels in {} (the repeat runs with autograd on); the work must be \
                  done by your Triton kernels",
                 launch_free.join(", ")
             ),
-            line: None,
-            column: None,
-        });
+        ));
         return Ok(());
     }
 
@@ -953,17 +954,15 @@ fn run_started(
         0.0
     };
     if coverage < LOW_COVERAGE {
-        eval.findings.push(Finding {
-            code: "low-coverage".into(),
-            severity: Severity::Flag,
-            message: format!(
+        eval.findings.push(Finding::new(
+            "low-coverage",
+            Severity::Flag,
+            format!(
                 "only {:.1}% of the forward's GPU time is spent in your own Triton kernels; move \
                  the remaining work into them",
                 coverage * 100.0
             ),
-            line: None,
-            column: None,
-        });
+        ));
     }
     *profile_out = Some(profile);
     Ok(())
@@ -1002,13 +1001,7 @@ fn peak_bandwidth(device_name: &str) -> f64 {
 /// Cross-checks the candidate's own event timings against the judge's outside view.
 fn timing_findings(t: &TimingEvidence<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let finding = |code: &str, severity, message: String| Finding {
-        code: code.into(),
-        severity,
-        message,
-        line: None,
-        column: None,
-    };
+    let finding = Finding::new;
     let sum_ms = |s: &[f64]| s.iter().sum::<f64>();
     let median = |s: &[f64]| Stats::from_samples(s).map(|s| s.median_ms).unwrap_or(0.0);
     let claimed_s = sum_ms(t.candidate) / 1e3;
@@ -1122,55 +1115,36 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
-    if !mutated.is_empty() && !eval.findings.iter().any(|f| f.code == "input-mutated") {
-        eval.findings.push(Finding {
-            code: "input-mutated".into(),
-            severity: Severity::Reject,
-            message: format!(
+    if !mutated.is_empty() {
+        eval.add_once(Finding::new(
+            "input-mutated",
+            Severity::Reject,
+            format!(
                 "forward modified its input tensor(s) {mutated:?}; inputs are read-only, write \
                  results into freshly allocated outputs"
             ),
-            line: None,
-            column: None,
-        });
+        ));
     }
     let changed = checked["changed_after_return"]
         .as_array()
         .is_some_and(|c| !c.is_empty());
-    if changed
-        && !eval
-            .findings
-            .iter()
-            .any(|f| f.code == "output-changed-after-return")
-    {
-        eval.findings.push(Finding {
-            code: "output-changed-after-return".into(),
-            severity: Severity::Reject,
-            message: "the outputs changed after forward returned (a background thread or \
-                      unfinished device work); forward must finish its work before returning"
-                .into(),
-            line: None,
-            column: None,
-        });
+    if changed {
+        eval.add_once(Finding::new(
+            "output-changed-after-return",
+            Severity::Reject,
+            "the outputs changed after forward returned (a background thread or \
+                      unfinished device work); forward must finish its work before returning",
+        ));
     }
     let aliased = ran["meta"]
         .as_array()
         .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));
-    if aliased
-        && !eval
-            .findings
-            .iter()
-            .any(|f| f.code == "output-aliases-input")
-    {
-        eval.findings.push(Finding {
-            code: "output-aliases-input".into(),
-            severity: Severity::Reject,
-            message:
-                "forward returned one of its inputs as an output; allocate a new output tensor"
-                    .into(),
-            line: None,
-            column: None,
-        });
+    if aliased {
+        eval.add_once(Finding::new(
+            "output-aliases-input",
+            Severity::Reject,
+            "forward returned one of its inputs as an output; allocate a new output tensor",
+        ));
     }
     let passed = problems.is_empty();
     eval.trials.push(Trial {

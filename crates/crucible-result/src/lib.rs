@@ -109,6 +109,19 @@ pub struct Finding {
     pub column: Option<u32>,
 }
 
+impl Finding {
+    /// A finding with no source position (a runtime observation).
+    pub fn new(code: &str, severity: Severity, message: impl Into<String>) -> Finding {
+        Finding {
+            code: code.to_string(),
+            severity,
+            message: message.into(),
+            line: None,
+            column: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StageStatus {
