@@ -113,7 +113,7 @@ class Referee:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         snapshot = [self._slot_value(slot, desc).clone() for slot, desc in slots]
-        outputs, problems, repeat_problems = [], [], []
+        outputs, problems, repeat_problems, precision_loss = [], [], [], []
         for j, (exp, got) in enumerate(zip(expected, snapshot)):
             atol, rtol = self.tolerance_for(exp)
             stats, problem = compare(torch, exp, got, atol, rtol)
@@ -121,6 +121,12 @@ class Referee:
             outputs.append(stats)
             if problem:
                 problems.append(f"output {j}: {problem}")
+            elif exp.dtype in (torch.float32, torch.float64) and atol > STRICT_FP32:
+                # Passing the loose tolerance but not fp32's is what fp16/bf16 arithmetic
+                # (or TF32 matrix units) on an fp32 task looks like.
+                _strict, strict_problem = compare(torch, exp, got, STRICT_FP32, STRICT_FP32)
+                if strict_problem:
+                    precision_loss.append({"index": j, "max_rel": stats["max_rel"], "max_abs": stats["max_abs"]})
         if msg.get("keep"):
             self.kept = snapshot
         if msg.get("against_kept") and self.kept is not None:
@@ -149,6 +155,7 @@ class Referee:
             "mutated_inputs": mutated,
             "changed_after_return": changed,
             "repeat_problems": repeat_problems,
+            "precision_loss": precision_loss,
         }
 
     def tolerance_for(self, tensor):
@@ -173,6 +180,10 @@ class Referee:
     def prepare_timing(self, msg):
         """Shares one input set for the candidate's timed phase (no expected outputs needed)."""
         return self.prepare(msg)
+
+
+# The `strict` profile's fp32 tolerance (current KernelBench).
+STRICT_FP32 = 1e-4
 
 
 def compare(torch, expected, got, atol, rtol):

@@ -1136,6 +1136,18 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
                       unfinished device work); forward must finish its work before returning",
         ));
     }
+    if let Some(loss) = checked["precision_loss"].as_array().and_then(|l| l.first()) {
+        eval.add_once(Finding::new(
+            "precision-downgrade",
+            Severity::Flag,
+            format!(
+                "an fp32 output matches the reference within the loose tolerance but not within \
+                 1e-4 (max abs error {}, max rel error {}): this looks like fp16/bf16 arithmetic \
+                 (or TF32 matrix units) on an fp32 task; it fails under `--tolerance strict`",
+                loss["max_abs"], loss["max_rel"]
+            ),
+        ));
+    }
     let aliased = ran["meta"]
         .as_array()
         .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));

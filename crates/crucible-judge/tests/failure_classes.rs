@@ -356,3 +356,29 @@ fn stale_memory_from_torch_empty_is_incorrect() {
     let result = judge("stale_empty.py");
     assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
 }
+
+#[test]
+fn fp16_arithmetic_on_an_fp32_task_is_flagged_and_fails_strict() {
+    let result = judge("half_precision.py");
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert!(
+        has_finding(&result, "precision-downgrade", Severity::Flag),
+        "{:?}",
+        result.findings
+    );
+    let mut strict = runtime_config();
+    strict.tolerance = crucible_judge::ToleranceProfile::Strict;
+    let result = judge_with("task_relu.py", "half_precision.py", &strict);
+    assert_failure(&result, Verdict::Incorrect, FailureClass::Incorrect);
+}
+
+#[test]
+fn honest_fp32_candidate_has_no_precision_finding() {
+    let result = judge("honest_relu.py");
+    assert!(
+        result
+            .findings
+            .iter()
+            .all(|f| f.code != "precision-downgrade")
+    );
+}
