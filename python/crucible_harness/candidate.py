@@ -198,6 +198,12 @@ class Candidate:
                     aliases_input=value.numel() > 0 and value.data_ptr() in input_ptrs,
                 )
             meta.append(entry)
+        problem = self.deliver(outputs, slots, meta)
+        return {"ok": True, "meta": meta, "problem": problem, "launches": self.recorder.report()}
+
+    def deliver(self, outputs, slots, meta):
+        """Copies the outputs into the referee's slots; returns what is wrong with them, if anything."""
+        torch = self.torch
         problem = None
         if len(outputs) != len(slots):
             problem = f"forward returned {len(outputs)} outputs; the reference returns {len(slots)}"
@@ -218,14 +224,28 @@ class Candidate:
                     if host is not None:
                         host.copy_(slot)
         self.sync()
-        return {"ok": True, "meta": meta, "problem": problem, "launches": self.recorder.report()}
+        return problem
 
     def time(self, msg):
-        inputs, _slots = self.open_payload(msg["payload"])
+        """The timed loop; the output of the iteration the judge picked goes to the referee's
+        slots, so a candidate that only computes when it is checked is caught."""
+        inputs, slots = self.open_payload(msg["payload"])
+        picked = msg.get("check_iteration")
+        kept = {}
+
+        def keep(iteration, out):
+            if iteration == picked:
+                kept["out"] = common.as_output_list(self.torch, out)
+
         samples = common.time_forward(
-            self.torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device
+            self.torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device, keep
         )
-        return {"ok": True, "samples_ms": samples}
+        problem = "the picked iteration produced no output"
+        if "out" in kept:
+            outputs = kept["out"]
+            meta = [{"type": f"{type(v).__module__}.{type(v).__qualname__}"} for v in outputs]
+            problem = self.deliver(outputs, slots, meta)
+        return {"ok": True, "samples_ms": samples, "problem": problem}
 
     def profile(self, msg):
         """One profiled forward: GPU time per kernel name, from the profiler's device records."""

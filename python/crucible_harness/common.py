@@ -174,9 +174,10 @@ def public_desc(desc):
 # --- timing -------------------------------------------------------------------------------------
 
 
-def time_forward(torch, fn, args, warmup, iters, flush_bytes, device):
+def time_forward(torch, fn, args, warmup, iters, flush_bytes, device, on_output=None):
     """Times `fn(*args)` with CUDA events, an L2 flush before every iteration and a device-wide
-    synchronize before the end event, so work on side streams is counted too."""
+    synchronize before the end event, so work on side streams is counted too. `on_output` sees
+    each timed iteration's output, after the timing of that iteration."""
     dev = torch.device(device)
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=dev)
     with torch.no_grad():
@@ -189,11 +190,14 @@ def time_forward(torch, fn, args, warmup, iters, flush_bytes, device):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(*args)
+            out = fn(*args)
             torch.cuda.synchronize(dev)
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end))
+            if on_output is not None:
+                on_output(len(samples) - 1, out)
+            del out
     return samples
 
 

@@ -179,10 +179,12 @@ pub fn derive_seeds(base: u64, trials: u32) -> Seeds {
     let mut state = base;
     let mut next = || splitmix64(&mut state) & mask;
     let init = next();
+    let trials = (0..trials).map(|_| next()).collect();
     Seeds {
         base,
         init,
-        trials: (0..trials).map(|_| next()).collect(),
+        trials,
+        timing: next(),
     }
 }
 
@@ -891,7 +893,7 @@ fn run_started(
         let request = |op: &str| {
             json!({
                 "op": op,
-                "seed": seeds.trials[0],
+                "seed": seeds.timing,
                 "trial": "timing",
                 "warmup": timing_cfg.warmup,
                 "iters": timing_cfg.iters,
@@ -903,6 +905,8 @@ fn run_started(
         let mut msg = request("time");
         msg["payload"] = prepared["payload"].clone();
         msg["stage"] = json!("timing");
+        // One timed iteration, unknown to the candidate until now, has its output checked.
+        msg["check_iteration"] = json!(fresh_seed() % u64::from(timing_cfg.iters.max(1)));
         let phase = Instant::now();
         let timed = candidate_call(candidate, "timing", msg, cfg.limits.timing)?;
         let phase_wall_s = phase.elapsed().as_secs_f64();
@@ -912,9 +916,10 @@ fn run_started(
             candidate_samples,
             phase_wall_s,
             prepared["payload"].clone(),
+            timed["problem"].as_str().map(str::to_string),
         ))
     })?;
-    let (reference_reply, candidate_samples, phase_wall_s, payload) = timing;
+    let (reference_reply, candidate_samples, phase_wall_s, payload, timed_problem) = timing;
     let reference = samples(&reference_reply)?;
     eval.findings.extend(timing_findings(&TimingEvidence {
         reference: &reference,
@@ -965,6 +970,33 @@ fn run_started(
         ));
     }
     *profile_out = Some(profile);
+
+    // Last, since the profile still maps the timing buffers: was the timed output right?
+    let checked = eval.stage("timed-output", |_| {
+        candidate.freeze(true);
+        let checked = referee_call(
+            referee,
+            json!({"op": "check", "trial": "timing"}),
+            cfg.limits.timing,
+        );
+        candidate.freeze(false);
+        checked
+    })?;
+    let problems = timed_problem
+        .into_iter()
+        .chain(strings(&checked["problems"]))
+        .collect::<Vec<_>>();
+    if !problems.is_empty() {
+        eval.findings.push(Finding::new(
+            "timed-output-mismatch",
+            Severity::Reject,
+            format!(
+                "the output of a timed iteration is wrong although the correctness trials \
+                 passed (cached, replayed or skipped work while being timed): {}",
+                problems.join("; ")
+            ),
+        ));
+    }
     Ok(())
 }
 

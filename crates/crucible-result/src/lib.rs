@@ -148,6 +148,9 @@ pub struct Seeds {
     pub init: u64,
     /// One input seed per correctness trial.
     pub trials: Vec<u64>,
+    /// Inputs of the timed phase, fresh so that nothing seen in the trials can be replayed.
+    #[serde(default)]
+    pub timing: u64,
 }
 
 /// Error statistics of one output tensor against the reference.
