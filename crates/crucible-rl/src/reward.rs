@@ -399,6 +399,7 @@ pub(crate) mod tests {
                 base: 0,
                 init: 0,
                 trials: vec![],
+                timing: 0,
             },
             tolerance: Tolerance {
                 profile: "kb-v0".into(),
