@@ -16,11 +16,6 @@ from crucible_harness import common, referee
 
 NULLS = ("zeros", "ones", "input-copy", "broadcast-mean")
 
-# Outputs larger than this are compared in slices: `compare` works in float64 with several
-# temporaries, and KernelBench level 1 has outputs of 1.6e9 elements.
-COMPARE_CHUNK = 1 << 25
-
-
 class Skip(Exception):
     """This null cannot be built for this task (say, no input reshapes to the output)."""
 
@@ -62,29 +57,6 @@ def build_null(torch, name, exp, inputs):
             raise Skip(f"the first input ({first.dtype}) has no real mean") from None
         return mean.to(exp.dtype).expand(exp.shape)
     raise ValueError(f"unknown null candidate {name!r}")
-
-
-def compare_chunked(torch, exp, got, atol, rtol):
-    """`referee.compare`, in slices for very large outputs; the statistics are combined."""
-    if exp.numel() <= COMPARE_CHUNK:
-        return referee.compare(torch, exp, got, atol, rtol)
-    flat_exp, flat_got = exp.reshape(-1), got.reshape(-1)
-    total, first_problem, combined = exp.numel(), None, None
-    for start in range(0, total, COMPARE_CHUNK):
-        end = min(start + COMPARE_CHUNK, total)
-        stats, problem = referee.compare(torch, flat_exp[start:end], flat_got[start:end], atol, rtol)
-        if problem and first_problem is None:
-            first_problem = f"in flat elements [{start}, {end}): {problem}"
-        if combined is None:
-            combined = dict(stats, mean_abs=0.0, mean_rel=0.0, mismatched=0)
-        weight = (end - start) / total
-        combined["max_abs"] = max(combined["max_abs"], stats["max_abs"])
-        combined["max_rel"] = max(combined["max_rel"], stats["max_rel"])
-        combined["mean_abs"] += stats["mean_abs"] * weight
-        combined["mean_rel"] += stats["mean_rel"] * weight
-        combined["mismatched"] += stats["mismatched"]
-    combined.update(shape=list(exp.shape), numel=total)
-    return combined, first_problem
 
 
 class Auditor:
@@ -172,7 +144,7 @@ class Auditor:
                 return
             half = exp.dtype in (torch.float16, torch.bfloat16)
             atol, rtol = tolerance["half" if half else "fp32"]
-            stats, problem = compare_chunked(torch, exp, got, atol, rtol)
+            stats, problem = referee.compare(torch, exp, got, atol, rtol)
             del got
             mismatched += stats["mismatched"]
             numel += stats["numel"]
