@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::process::{ChannelError, HarnessProcess, Spawn};
 use crate::runtime::{Runtime, hex};
 use crate::sandbox::Sandbox;
+use crate::timing::{TimingEvidence, timing_findings};
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
 /// defined there are the candidate's own.
@@ -998,87 +999,6 @@ fn run_started(
         ));
     }
     Ok(())
-}
-
-/// What the judge knows about one timed comparison, from outside the candidate process.
-struct TimingEvidence<'a> {
-    reference: &'a [f64],
-    /// Wall time of the referee's timed phase (warm-up plus timed iterations).
-    reference_phase_s: f64,
-    candidate: &'a [f64],
-    /// Wall time of the candidate's timed phase, measured by this process.
-    candidate_phase_s: f64,
-    warmup: u32,
-    io_bytes: f64,
-    device_name: &'a str,
-}
-
-/// Peak memory bandwidth in bytes/s by device name; unknown devices get a bound no GPU reaches
-/// yet, so the floor check never fires falsely.
-fn peak_bandwidth(device_name: &str) -> f64 {
-    let name = device_name.to_ascii_uppercase();
-    if name.contains("H200") {
-        4.8e12
-    } else if name.contains("H100") {
-        3.35e12
-    } else if name.contains("A100") {
-        2.04e12
-    } else if name.contains("B200") {
-        8.0e12
-    } else {
-        10.0e12
-    }
-}
-
-/// Cross-checks the candidate's own event timings against the judge's outside view.
-fn timing_findings(t: &TimingEvidence<'_>) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    let finding = Finding::new;
-    let sum_ms = |s: &[f64]| s.iter().sum::<f64>();
-    let median = |s: &[f64]| Stats::from_samples(s).map(|s| s.median_ms).unwrap_or(0.0);
-    let claimed_s = sum_ms(t.candidate) / 1e3;
-    if claimed_s > t.candidate_phase_s {
-        findings.push(finding(
-            "timing-contradiction",
-            Severity::Reject,
-            format!(
-                "the timed iterations claim {claimed_s:.6} s in total, but the judge measured the \
-                 whole timed phase from outside at {:.6} s",
-                t.candidate_phase_s
-            ),
-        ));
-    }
-    // The referee's phase has the same shape (warm-up, flush, forward, sync), so its wall time
-    // minus its own kernel time is the loop's fixed cost. What is left of the candidate's wall
-    // time after that cost, per iteration, is an outside estimate of its forward time.
-    let iterations = (t.candidate.len() as u32 + t.warmup) as f64;
-    let reference_work_s = (sum_ms(t.reference) + f64::from(t.warmup) * median(t.reference)) / 1e3;
-    let loop_cost_s = (t.reference_phase_s - reference_work_s).max(0.0);
-    let outside_ms = (t.candidate_phase_s - loop_cost_s).max(0.0) / iterations * 1e3;
-    let claimed_ms = median(t.candidate);
-    if t.reference_phase_s.is_finite() && outside_ms > 2.0 * claimed_ms + 0.05 {
-        findings.push(finding(
-            "timing-contradiction",
-            Severity::Reject,
-            format!(
-                "the candidate's own timer reports a median of {claimed_ms:.4} ms per forward, \
-                 but measured from outside its timed phase takes {outside_ms:.4} ms per \
-                 iteration; do not touch timers, events or streams"
-            ),
-        ));
-    }
-    let floor_ms = t.io_bytes / peak_bandwidth(t.device_name) * 1e3;
-    if claimed_ms < floor_ms {
-        findings.push(finding(
-            "below-bandwidth-floor",
-            Severity::Flag,
-            format!(
-                "a median of {claimed_ms:.4} ms is below {floor_ms:.4} ms, the time needed just to \
-                 read the inputs and write the outputs once at peak memory bandwidth"
-            ),
-        ));
-    }
-    findings
 }
 
 /// The failure for the trial just recorded.

@@ -12,6 +12,7 @@ pub mod judge;
 pub mod process;
 pub mod runtime;
 pub mod sandbox;
+mod timing;
 
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use judge::{
