@@ -134,6 +134,13 @@ fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&args)?;
+    if args.jobs > 1 && cfg.device != "cpu" && cfg.timing.is_some() {
+        bail!(
+            "-j {} would time several candidates at once on one GPU, and each would slow the \
+             others; use -j 1, or --no-timing for correctness only",
+            args.jobs
+        );
+    }
     let pairs = match (
         &args.task,
         &args.candidate,
@@ -344,11 +351,11 @@ pub fn print_table(results: &[EvalResult]) {
 fn print_summary(r: &EvalResult) {
     let passed = r.trials.iter().filter(|t| t.passed).count();
     println!(
-        "{} vs {}: {} ({passed}/{} trials passed, tolerance {}, size profile {}, device {})",
+        "{} vs {}: {} ({passed}/{} trials run passed, tolerance {}, size profile {}, device {})",
         r.task.name,
         r.candidate.path,
         r.verdict.as_str().to_uppercase(),
-        r.seeds.trials.len(),
+        r.trials.len(),
         r.tolerance.profile,
         r.size_profile,
         r.env.device
