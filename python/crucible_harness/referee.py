@@ -275,6 +275,12 @@ def unravel(flat, shape):
 
 
 def main():
+    # Not dumpable: a process without CAP_SYS_PTRACE (the candidate drops it) can neither trace
+    # this one nor read its memory through /proc, where the expected outputs live.
+    import ctypes
+
+    PR_SET_DUMPABLE = 4
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     chan = common.Channel()
     import torch
 

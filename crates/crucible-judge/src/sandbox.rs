@@ -153,6 +153,9 @@ const GPU_OFF: [&str; 5] = [
     "a user id of its own (off on a GPU: CUDA IPC needs the referee's)",
 ];
 
+/// `CAP_SYS_PTRACE` from `<linux/capability.h>` (the libc crate does not export it).
+const CAP_SYS_PTRACE: libc::c_ulong = 19;
+
 /// Exit status of the supervisor or init when their own bookkeeping fails.
 const SUPERVISOR_FAILED: libc::c_int = 125;
 
@@ -560,7 +563,16 @@ impl Confinement {
             } else if self.namespaces != 0 {
                 check(libc::unshare(self.namespaces))?;
             }
-            // Now in the candidate.
+            // Now in the candidate. Even where it stays root (on a GPU, for now), it loses the
+            // capability to trace other processes: with the referee non-dumpable, neither
+            // ptrace nor /proc/<pid>/mem reaches the expected outputs.
+            check(libc::prctl(
+                libc::PR_CAPBSET_DROP,
+                CAP_SYS_PTRACE,
+                0,
+                0,
+                0,
+            ))?;
             set_limit(libc::RLIMIT_FSIZE, self.max_file_bytes)?;
             set_limit(libc::RLIMIT_NOFILE, self.max_open_files)?;
             if self.own_user {
