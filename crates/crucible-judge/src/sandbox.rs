@@ -566,13 +566,7 @@ impl Confinement {
             // Now in the candidate. Even where it stays root (on a GPU, for now), it loses the
             // capability to trace other processes: with the referee non-dumpable, neither
             // ptrace nor /proc/<pid>/mem reaches the expected outputs.
-            check(libc::prctl(
-                libc::PR_CAPBSET_DROP,
-                CAP_SYS_PTRACE,
-                0,
-                0,
-                0,
-            ))?;
+            check(libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0))?;
             set_limit(libc::RLIMIT_FSIZE, self.max_file_bytes)?;
             set_limit(libc::RLIMIT_NOFILE, self.max_open_files)?;
             if self.own_user {
