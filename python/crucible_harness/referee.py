@@ -177,10 +177,6 @@ class Referee:
         io_bytes = sum(x.numel() * x.element_size() for x in tensors)
         return {"samples_ms": samples, "phase_s": phase_s, "io_bytes": io_bytes}
 
-    def prepare_timing(self, msg):
-        """Shares one input set for the candidate's timed phase (no expected outputs needed)."""
-        return self.prepare(msg)
-
 
 # The `strict` profile's fp32 tolerance (current KernelBench).
 STRICT_FP32 = 1e-4
@@ -298,7 +294,6 @@ def main():
         "prepare": referee.prepare,
         "check": referee.check,
         "time_reference": referee.time_reference,
-        "prepare_timing": referee.prepare_timing,
     }
     while True:
         msg = chan.recv()

@@ -902,7 +902,9 @@ fn run_started(
             })
         };
         let reference = referee_call(referee, request("time_reference"), cfg.limits.timing)?;
-        let prepared = referee_call(referee, request("prepare_timing"), cfg.limits.timing)?;
+        // The timed inputs are shared like a trial's, and their expected outputs kept for the
+        // timed-output check.
+        let prepared = referee_call(referee, request("prepare"), cfg.limits.timing)?;
         let mut msg = request("time");
         msg["payload"] = prepared["payload"].clone();
         msg["stage"] = json!("timing");
