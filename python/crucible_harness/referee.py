@@ -5,6 +5,7 @@ a time; every reply is `{"ok": true, ...}` or `{"ok": false, "error": ...}` (an 
 task fault, never the candidate's).
 """
 
+import contextlib
 import os
 import sys
 import traceback
@@ -26,6 +27,10 @@ class Referee:
         self.scratch = msg["scratch"]
         self.tolerance = msg["tolerance"]
         self.inputs_on_host = msg.get("inputs_on_host", False)
+        # CUDA IPC maps a whole cudaMalloc segment, not just the shared tensor, and the caching
+        # allocator packs small tensors into shared segments: what the candidate maps must come
+        # from segments that never hold the expected outputs.
+        self.share_pool = torch.cuda.MemPool() if self.transport == "cuda_ipc" else None
         profile = msg["profile"]
         if profile == "auto":
             # Small sizes on the CPU (the Triton interpreter is slow), the file as written on a GPU.
@@ -57,12 +62,19 @@ class Referee:
         with common.device_context(torch, self.device):
             return list(self.module.get_inputs())
 
+    def shared_memory(self):
+        """Allocations the candidate will map (inputs, output slots) happen inside this."""
+        if self.share_pool is None:
+            return contextlib.nullcontext()
+        return self.torch.cuda.use_mem_pool(self.share_pool)
+
     def prepare(self, msg):
         """Draws fresh inputs for one trial, computes the expected outputs, and shares the inputs
         plus NaN-poisoned output slots with the candidate."""
         torch = self.torch
         index = msg["trial"]
-        inputs = self.draw_inputs(msg["seed"])
+        with self.shared_memory():
+            inputs = self.draw_inputs(msg["seed"])
         pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         with torch.no_grad():
             expected = common.as_output_list(torch, self.model(*inputs))
@@ -82,7 +94,8 @@ class Referee:
                 input_descs.append({"value": x})
         slots, slot_descs = [], []
         for j, exp in enumerate(expected):
-            slot = torch.full_like(exp, float("nan")) if exp.is_floating_point() else torch.full_like(exp, -123457)
+            with self.shared_memory():
+                slot = torch.full_like(exp, float("nan")) if exp.is_floating_point() else torch.full_like(exp, -123457)
             desc = common.share_tensor(torch, slot, self.transport, self.scratch, f"t{index}_out{j}")
             slots.append((slot, desc))
             slot_descs.append({"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": str(exp.dtype)})

@@ -32,7 +32,8 @@
 //! parent before fork; between fork and exec only raw system calls run. Features the kernel
 //! lacks are found once per judge process (probed in throwaway forked children) and skipped;
 //! [`Sandbox::missing_features`] lists them, and the judge reports them as a `sandbox-degraded`
-//! finding instead of failing. On a GPU most layers are off for now (see `GPU_OFF`).
+//! finding instead of failing. On a GPU the layers in `Sandbox::gpu_layers` apply (see
+//! `Layers::GPU_DEFAULT`).
 
 use std::ffi::CString;
 use std::io;
@@ -61,6 +62,88 @@ pub struct Sandbox {
     pub shared_files: Vec<PathBuf>,
     /// Give access to the NVIDIA device files (CUDA).
     pub gpu_devices: bool,
+    /// The layers applied to a candidate on a GPU (all of them apply on the CPU).
+    pub gpu_layers: Layers,
+}
+
+/// The confinement layers that can be switched off one by one (the network namespace, the
+/// rlimits and no_new_privs always apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layers {
+    pub landlock: bool,
+    pub seccomp: bool,
+    pub pid_namespace: bool,
+    pub ipc_namespace: bool,
+    pub own_user: bool,
+}
+
+impl Layers {
+    pub const ALL: Layers = Layers {
+        landlock: true,
+        seccomp: true,
+        pid_namespace: true,
+        ipc_namespace: true,
+        own_user: true,
+    };
+    pub const NONE: Layers = Layers {
+        landlock: false,
+        seccomp: false,
+        pid_namespace: false,
+        ipc_namespace: false,
+        own_user: false,
+    };
+    /// The names `parse` accepts, in order.
+    pub const NAMES: [&'static str; 5] = ["landlock", "seccomp", "pid", "ipc", "user"];
+
+    /// What a candidate on a GPU gets by default. On the H200 test host (driver 580, kernel
+    /// 6.18) CUDA failed to initialize (error 304, "OS call failed") under Landlock and under
+    /// the seccomp filter, and CUDA IPC failed to import the referee's memory under another user
+    /// id; see `scripts/gpu-sandbox-probe`, which measures each layer on its own.
+    pub const GPU_DEFAULT: Layers = Layers::NONE;
+
+    /// Parses a comma list of `NAMES`, or `all` / `none`.
+    pub fn parse(text: &str) -> Result<Layers, String> {
+        let mut layers = Layers::NONE;
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "all" => layers = Layers::ALL,
+                "none" => {}
+                "landlock" => layers.landlock = true,
+                "seccomp" => layers.seccomp = true,
+                "pid" => layers.pid_namespace = true,
+                "ipc" => layers.ipc_namespace = true,
+                "user" => layers.own_user = true,
+                other => {
+                    return Err(format!(
+                        "unknown sandbox layer `{other}` (expected all, none or a comma list of {})",
+                        Layers::NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(layers)
+    }
+
+    /// What each layer missing from this set leaves open, for the `sandbox-degraded` finding.
+    fn off_on_gpu(self) -> Vec<&'static str> {
+        let mut off = Vec::new();
+        if !self.landlock {
+            off.push("Landlock (off on a GPU)");
+        }
+        if !self.seccomp {
+            off.push("seccomp filter (off on a GPU)");
+        }
+        if !self.pid_namespace {
+            off.push("PID namespace (off on a GPU)");
+        }
+        if !self.ipc_namespace {
+            off.push("IPC namespace (off on a GPU)");
+        }
+        if !self.own_user {
+            off.push("a user id of its own (off on a GPU)");
+        }
+        off
+    }
 }
 
 impl Default for Sandbox {
@@ -75,6 +158,7 @@ impl Default for Sandbox {
             read_write: Vec::new(),
             shared_files: Vec::new(),
             gpu_devices: false,
+            gpu_layers: Layers::GPU_DEFAULT,
         }
     }
 }
@@ -139,19 +223,6 @@ struct CapData {
 /// First user id of the range candidates run as; far above any account a system creates.
 const UID_BASE: u32 = 1_500_000_000;
 
-/// The protections that are off for a candidate on a GPU. On the H200 test host (driver 580,
-/// kernel 6.18) CUDA failed to initialize (error 304, "OS call failed") under each of Landlock
-/// (with these rules), the seccomp filter and the PID namespace (without the private /proc
-/// mounted since), and CUDA IPC failed to import the referee's memory under another user id.
-/// Which rule or call CUDA needs is not established; until it is, a GPU candidate keeps the
-/// network namespace, the rlimits and no_new_privs only.
-const GPU_OFF: [&str; 5] = [
-    "Landlock (off on a GPU)",
-    "seccomp filter (off on a GPU)",
-    "PID namespace (off on a GPU)",
-    "IPC namespace (off on a GPU)",
-    "a user id of its own (off on a GPU: CUDA IPC needs the referee's)",
-];
 
 /// `CAP_SYS_PTRACE` from `<linux/capability.h>` (the libc crate does not export it).
 const CAP_SYS_PTRACE: libc::c_ulong = 19;
@@ -299,7 +370,7 @@ impl Sandbox {
     pub fn missing_features(&self) -> Vec<&'static str> {
         let mut missing = support().missing.clone();
         if self.gpu_devices {
-            missing.extend(GPU_OFF);
+            missing.extend(self.gpu_layers.off_on_gpu());
         }
         missing
     }
@@ -307,9 +378,8 @@ impl Sandbox {
     /// Everything `enter` needs, built before fork: the Landlock ruleset and the plan.
     pub(crate) fn prepare(&self, python: &Path) -> io::Result<Confinement> {
         let support = support();
-        // On a GPU only the protections CUDA is known to work under are applied (see GPU_OFF).
-        let gpu = self.gpu_devices;
-        let ruleset = if support.landlock_abi >= 1 && !gpu {
+        let layers = self.layers();
+        let ruleset = if support.landlock_abi >= 1 && layers.landlock {
             Some(self.ruleset(support.landlock_abi, python)?)
         } else {
             None
@@ -318,7 +388,7 @@ impl Sandbox {
         if self.isolate_network && support.net_namespace {
             namespaces |= libc::CLONE_NEWNET;
         }
-        if support.ipc_namespace && !gpu {
+        if support.ipc_namespace && layers.ipc_namespace {
             namespaces |= libc::CLONE_NEWIPC;
         }
         Ok(Confinement {
@@ -327,10 +397,30 @@ impl Sandbox {
             max_open_files: self.max_open_files,
             max_processes: self.max_processes,
             namespaces,
-            pid_namespace: support.pid_namespace && !gpu,
-            own_user: support.own_user && !gpu,
-            seccomp: support.seccomp && !gpu,
+            pid_namespace: support.pid_namespace && layers.pid_namespace,
+            own_user: support.own_user && layers.own_user,
+            seccomp: support.seccomp && layers.seccomp,
         })
+    }
+
+    fn layers(&self) -> Layers {
+        if self.gpu_devices {
+            self.gpu_layers
+        } else {
+            Layers::ALL
+        }
+    }
+
+    /// Runs `command` confined like a candidate (its environment as the caller set it). For
+    /// finding out what a program needs from the sandbox: `crucible sandbox-exec`.
+    pub fn run(&self, python: &Path, command: &mut std::process::Command) -> io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::CommandExt;
+        let confinement = self.prepare(python)?;
+        // SAFETY: `enter` only makes raw system calls (see its contract).
+        unsafe {
+            command.pre_exec(move || confinement.enter());
+        }
+        command.status()
     }
 
     fn ruleset(&self, abi: i32, python: &Path) -> io::Result<OwnedFd> {

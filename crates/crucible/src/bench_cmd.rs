@@ -26,9 +26,8 @@ pub struct BenchArgs {
     /// Timed iterations per side on a GPU.
     #[arg(long, default_value_t = 100)]
     iters: u32,
-    /// Run the candidate without the sandbox (debugging only).
-    #[arg(long)]
-    no_sandbox: bool,
+    #[command(flatten)]
+    sandbox: crate::sandbox_cmd::SandboxArgs,
 }
 
 fn stage_s(result: &EvalResult, name: &str) -> f64 {
@@ -54,9 +53,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(timing) = cfg.timing.as_mut() {
         timing.iters = args.iters;
     }
-    if args.no_sandbox {
-        cfg.sandbox = None;
-    }
+    args.sandbox.apply(&mut cfg);
 
     let baseline: Vec<f64> = (0..args.runs)
         .map(|_| {

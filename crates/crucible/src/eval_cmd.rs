@@ -70,9 +70,8 @@ pub struct EvalArgs {
     /// Draw inputs on the CPU and copy them to the device, as KernelBench does (to measure it).
     #[arg(long, hide = true)]
     inputs_on_host: bool,
-    /// Run the candidate without the sandbox (debugging only).
-    #[arg(long)]
-    no_sandbox: bool,
+    #[command(flatten)]
+    sandbox: crate::sandbox_cmd::SandboxArgs,
     /// In batch mode, do not start the next evaluation's processes while one runs.
     #[arg(long)]
     no_prewarm: bool,
@@ -116,9 +115,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
         "cuda-ipc" => Transport::CudaIpc,
         _ => Transport::Auto,
     };
-    if args.no_sandbox {
-        cfg.sandbox = None;
-    }
+    args.sandbox.apply(&mut cfg);
     cfg.inputs_on_host = args.inputs_on_host;
     cfg.verify_policy = match (&args.verify_policy_file, args.verify_policy.as_str()) {
         (Some(path), _) => Some(crucible_judge::VerifyPolicy::from_file(path)?),

@@ -5,6 +5,7 @@ mod bench_cmd;
 mod eval_cmd;
 mod report_cmd;
 mod rl_cmd;
+mod sandbox_cmd;
 mod verify_cmd;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +38,8 @@ enum Command {
     Verify(verify_cmd::VerifyArgs),
     /// Print the reward of one judge result.
     Reward(rl_cmd::RewardArgs),
+    /// Run a command confined like a candidate (to see what it needs from the sandbox).
+    SandboxExec(sandbox_cmd::SandboxExecArgs),
     /// Compute advantages (and rejection-sampling masks) over a trajectory batch.
     Advantages(rl_cmd::AdvantagesArgs),
 }
@@ -63,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Command::Verify(args) => verify_cmd::run(args),
         Command::Reward(args) => rl_cmd::run_reward(args),
         Command::Advantages(args) => rl_cmd::run_advantages(args),
+        Command::SandboxExec(args) => sandbox_cmd::run_exec(args),
     };
     match outcome {
         Ok(code) => code,

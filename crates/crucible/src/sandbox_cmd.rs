@@ -1,0 +1,78 @@
+//! The sandbox options shared by `eval` and `bench-overhead`, and `crucible sandbox-exec`, which
+//! runs any command confined like a candidate (to find out what a program needs from it).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use crucible_judge::{EvalConfig, Runtime, Sandbox, sandbox::Layers};
+
+#[derive(Args, Debug, Clone)]
+pub struct SandboxArgs {
+    /// Run the candidate without the sandbox (debugging only).
+    #[arg(long)]
+    no_sandbox: bool,
+    /// Sandbox layers for a candidate on a GPU: `all`, `none` or a comma list of landlock,
+    /// seccomp, pid, ipc, user (default: the layers CUDA is known to work under).
+    #[arg(long, env = "CRUCIBLE_GPU_SANDBOX", value_parser = Layers::parse)]
+    gpu_sandbox: Option<Layers>,
+}
+
+impl SandboxArgs {
+    pub fn apply(&self, cfg: &mut EvalConfig) {
+        if self.no_sandbox {
+            cfg.sandbox = None;
+        }
+        if let (Some(sandbox), Some(layers)) = (cfg.sandbox.as_mut(), self.gpu_sandbox) {
+            sandbox.gpu_layers = layers;
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct SandboxExecArgs {
+    /// Layers to apply on a GPU: `all`, `none` or a comma list of landlock, seccomp, pid, ipc,
+    /// user (default: all; without --gpu every layer applies).
+    #[arg(long, requires = "gpu", value_parser = Layers::parse)]
+    layers: Option<Layers>,
+    /// Open the NVIDIA device files, as for a candidate on a GPU.
+    #[arg(long)]
+    gpu: bool,
+    /// Directories the command may write (its scratch; Landlock).
+    #[arg(long = "rw")]
+    read_write: Vec<PathBuf>,
+    /// Further directories the command may read and execute (Landlock).
+    #[arg(long = "ro")]
+    read_only: Vec<PathBuf>,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+pub fn run_exec(args: SandboxExecArgs) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::discover()?;
+    let sandbox = Sandbox {
+        read_write: args.read_write,
+        read_only: args.read_only,
+        gpu_devices: args.gpu,
+        gpu_layers: args.layers.unwrap_or(Layers::ALL),
+        ..Sandbox::default()
+    };
+    for missing in sandbox.missing_features() {
+        eprintln!("sandbox: without {missing}");
+    }
+    let (program, rest) = args.command.split_first().context("no command given")?;
+    let mut command = std::process::Command::new(program);
+    command.args(rest);
+    let status = sandbox
+        .run(&runtime.python, &mut command)
+        .with_context(|| format!("cannot run {program} in the sandbox"))?;
+    Ok(match status.code() {
+        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        None => {
+            eprintln!("{program}: {status}");
+            ExitCode::from(128)
+        }
+    })
+}
