@@ -64,6 +64,8 @@ pub struct Sandbox {
     pub gpu_devices: bool,
     /// The layers applied to a candidate on a GPU (all of them apply on the CPU).
     pub gpu_layers: Layers,
+    /// Landlock's signal and abstract-socket scoping (ABI 6); off only to diagnose.
+    pub landlock_scoping: bool,
 }
 
 /// The confinement layers that can be switched off one by one (the network namespace, the
@@ -95,11 +97,18 @@ impl Layers {
     /// The names `parse` accepts, in order.
     pub const NAMES: [&'static str; 5] = ["landlock", "seccomp", "pid", "ipc", "user"];
 
-    /// What a candidate on a GPU gets by default. On the H200 test host (driver 580, kernel
-    /// 6.18) CUDA failed to initialize (error 304, "OS call failed") under Landlock and under
-    /// the seccomp filter, and CUDA IPC failed to import the referee's memory under another user
-    /// id; see `scripts/gpu-sandbox-probe`, which measures each layer on its own.
-    pub const GPU_DEFAULT: Layers = Layers::NONE;
+    /// What a candidate on a GPU gets by default, from `scripts/gpu-sandbox-probe` on the H200
+    /// test host (driver 580, kernel 6.18): CUDA initializes and imports the referee's memory
+    /// under the PID and IPC namespaces and under the seccomp filter once it allows Unix sockets;
+    /// CUDA IPC refuses a candidate under another user id, and CUDA fails to initialize under
+    /// Landlock (error 304, "OS call failed").
+    pub const GPU_DEFAULT: Layers = Layers {
+        landlock: false,
+        seccomp: true,
+        pid_namespace: true,
+        ipc_namespace: true,
+        own_user: false,
+    };
 
     /// Parses a comma list of `NAMES`, or `all` / `none`.
     pub fn parse(text: &str) -> Result<Layers, String> {
@@ -159,6 +168,7 @@ impl Default for Sandbox {
             shared_files: Vec::new(),
             gpu_devices: false,
             gpu_layers: Layers::GPU_DEFAULT,
+            landlock_scoping: true,
         }
     }
 }
@@ -261,7 +271,7 @@ fn support() -> &'static Support {
         let ipc_namespace = probe(|| unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 });
         let pid_namespace = probe(probe_pid_namespace);
         let own_user = probe(|| unsafe { become_user(UID_BASE + libc::getpid() as u32).is_ok() });
-        let seccomp = probe(|| unsafe { install_seccomp().is_ok() });
+        let seccomp = probe(|| unsafe { install_seccomp(false).is_ok() });
         let mut missing = Vec::new();
         if landlock_abi < 1 {
             missing.push("Landlock (filesystem confinement, TCP rules and signal scoping)");
@@ -400,6 +410,7 @@ impl Sandbox {
             pid_namespace: support.pid_namespace && layers.pid_namespace,
             own_user: support.own_user && layers.own_user,
             seccomp: support.seccomp && layers.seccomp,
+            unix_sockets: self.gpu_devices,
         })
     }
 
@@ -442,7 +453,7 @@ impl Sandbox {
             } else {
                 0
             },
-            scoped: if abi >= 6 {
+            scoped: if abi >= 6 && self.landlock_scoping {
                 SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
             } else {
                 0
@@ -627,6 +638,8 @@ pub(crate) struct Confinement {
     pid_namespace: bool,
     own_user: bool,
     seccomp: bool,
+    /// Let the seccomp filter allow `AF_UNIX` sockets (CUDA needs them).
+    unix_sockets: bool,
 }
 
 impl Confinement {
@@ -653,12 +666,17 @@ impl Confinement {
             } else if self.namespaces != 0 {
                 check(libc::unshare(self.namespaces))?;
             }
-            // Now in the candidate. Even where it stays root (on a GPU, for now), it loses the
-            // capability to trace other processes: with the referee non-dumpable, neither
-            // ptrace nor /proc/<pid>/mem reaches the expected outputs.
+            // Now in the candidate. It loses the capability to trace other processes: with the
+            // referee non-dumpable, neither ptrace nor /proc/<pid>/mem reaches the expected
+            // outputs.
             check(libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0))?;
             set_limit(libc::RLIMIT_FSIZE, self.max_file_bytes)?;
             set_limit(libc::RLIMIT_NOFILE, self.max_open_files)?;
+            if !self.own_user {
+                // Still uid 0 (CUDA IPC on a GPU needs the referee's uid), but with no
+                // capability: no module loading, mounts, raw devices or signals across users.
+                drop_capabilities()?;
+            }
             if self.own_user {
                 become_user(uid)?;
                 // Enforced for this user only; root would be exempt.
@@ -674,7 +692,7 @@ impl Confinement {
                 )?;
             }
             if self.seccomp {
-                install_seccomp()?;
+                install_seccomp(self.unix_sockets)?;
             }
         }
         Ok(())
@@ -741,6 +759,17 @@ unsafe fn mount_private_proc(ruleset: Option<libc::c_int>) -> io::Result<()> {
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
         ))?;
+        // Daemons keep their Unix sockets in /run (docker, containerd, dbus); an empty tmpfs
+        // over it hides them from a candidate that may make Unix sockets (on a GPU).
+        if libc::access(c"/run".as_ptr(), libc::F_OK) == 0 {
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/run".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"size=1m,mode=755".as_ptr().cast(),
+            ))?;
+        }
         if let Some(ruleset) = ruleset {
             let fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
             check(fd)?;
@@ -867,6 +896,35 @@ unsafe fn close_all_but(keep: libc::c_int) {
 }
 
 /// Switches to `uid` (and the same gid), keeping only `CAP_DAC_OVERRIDE`, also across exec.
+/// Empties every capability set, the bounding set included, so that exec gives none back even
+/// to uid 0.
+unsafe fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: raw system calls on the calling process's credentials.
+    unsafe {
+        for cap in 0..64 {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+                if errno() == libc::EINVAL {
+                    break; // past the last capability this kernel knows
+                }
+                return Err(io::Error::last_os_error());
+            }
+        }
+        check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0))?;
+        let header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let none = CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        };
+        let data = [none, none];
+        check(libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) as i32)?;
+    }
+    Ok(())
+}
+
 unsafe fn become_user(uid: u32) -> io::Result<()> {
     // SAFETY: raw system calls on the calling process's credentials; the capability structs are
     // valid for the duration of the call.
@@ -962,11 +1020,14 @@ const fn jump_if(test: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     bpf_jump(libc::BPF_JMP | test | libc::BPF_K, k, jt, jf)
 }
 
-/// Refuses `socket(AF_UNIX, ..)`, `clone3` (its flags are out of a filter's reach; libc falls
-/// back to `clone` on ENOSYS) and `clone`/`unshare` with `CLONE_NEWUSER`; allows the rest.
+/// Refuses `socket(AF_UNIX, ..)` (with `unix_sockets` false), `clone3` (its flags are out of a
+/// filter's reach; libc falls back to `clone` on ENOSYS) and `clone`/`unshare` with
+/// `CLONE_NEWUSER`; allows the rest.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-static SECCOMP_FILTER: [libc::sock_filter; 18] = {
+const fn seccomp_filter(unix_sockets: bool) -> [libc::sock_filter; 18] {
     use libc::{BPF_JEQ, BPF_JGE, BPF_JSET};
+    // With Unix sockets allowed, the socket test jumps straight to the clone tests.
+    let af_unix = if unix_sockets { u32::MAX } else { libc::AF_UNIX as u32 };
     [
         bpf_stmt(LOAD, SECCOMP_ARCH),
         jump_if(BPF_JEQ, AUDIT_ARCH, 1, 0),
@@ -978,7 +1039,7 @@ static SECCOMP_FILTER: [libc::sock_filter; 18] = {
         deny(libc::ENOSYS),
         jump_if(BPF_JEQ, libc::SYS_socket as u32, 0, 3),
         bpf_stmt(LOAD, SECCOMP_ARG0),
-        jump_if(BPF_JEQ, libc::AF_UNIX as u32, 0, 6),
+        jump_if(BPF_JEQ, af_unix, 0, 6),
         deny(libc::EACCES),
         jump_if(BPF_JEQ, libc::SYS_unshare as u32, 1, 0),
         jump_if(BPF_JEQ, libc::SYS_clone as u32, 0, 3),
@@ -987,11 +1048,21 @@ static SECCOMP_FILTER: [libc::sock_filter; 18] = {
         deny(libc::EPERM),
         bpf_stmt(RETURN, libc::SECCOMP_RET_ALLOW),
     ]
-};
+}
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-unsafe fn install_seccomp() -> io::Result<()> {
-    let filter = &SECCOMP_FILTER;
+static SECCOMP_FILTER: [libc::sock_filter; 18] = seccomp_filter(false);
+/// CUDA's driver fails to initialize (error 304) when it cannot make a Unix socket.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+static SECCOMP_FILTER_GPU: [libc::sock_filter; 18] = seccomp_filter(true);
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe fn install_seccomp(unix_sockets: bool) -> io::Result<()> {
+    let filter = if unix_sockets {
+        &SECCOMP_FILTER_GPU
+    } else {
+        &SECCOMP_FILTER
+    };
     let program = libc::sock_fprog {
         len: filter.len() as libc::c_ushort,
         filter: filter.as_ptr().cast_mut(),
@@ -1009,7 +1080,7 @@ unsafe fn install_seccomp() -> io::Result<()> {
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-unsafe fn install_seccomp() -> io::Result<()> {
+unsafe fn install_seccomp(_unix_sockets: bool) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 

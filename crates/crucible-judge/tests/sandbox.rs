@@ -28,11 +28,19 @@ fn runtime() -> Runtime {
     Runtime::discover().expect("the judge's Python runtime (run scripts/bootstrap)")
 }
 
+/// `cpu`, or the GPU named by `CRUCIBLE_TEST_DEVICE` (scripts/gpu-check runs these tests there).
+fn test_device() -> String {
+    std::env::var("CRUCIBLE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into())
+}
+
 /// Runtime behaviour only: the static verifier would refuse most of these files first.
 fn config() -> EvalConfig {
-    let mut cfg = EvalConfig::new("cpu");
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(60));
+    let device = test_device();
+    let mut cfg = EvalConfig::new(&device);
+    cfg.limits = StageLimits::uniform(&device, Duration::from_secs(60));
     cfg.verify_policy = None;
+    cfg.size_profile = Some("small".into());
+    cfg.timing = None;
     cfg
 }
 
@@ -53,11 +61,14 @@ fn judge(name: &str, values: &[(&str, String)], cfg: &EvalConfig) -> EvalResult 
 /// The sandbox refused the attack and the candidate went on to an honest, correct answer.
 fn assert_contained(result: &EvalResult) {
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
-    let missing = Sandbox::default().missing_features();
-    assert!(
-        missing.is_empty(),
-        "these tests need the full sandbox; this host lacks {missing:?}"
-    );
+    // On a GPU some layers are off by design; the attacks must be stopped all the same.
+    if test_device() == "cpu" {
+        let missing = Sandbox::default().missing_features();
+        assert!(
+            missing.is_empty(),
+            "these tests need the full sandbox; this host lacks {missing:?}"
+        );
+    }
 }
 
 /// The next evaluation is unaffected.
@@ -324,7 +335,7 @@ fn judge_for_the_orphan_test() {
         return;
     };
     let mut cfg = config();
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(600));
+    cfg.limits = StageLimits::uniform(&test_device(), Duration::from_secs(600));
     judge(
         "sandbox_fork_escape.py",
         &[("MARKER", marker), ("HANG", "1".into())],
@@ -332,14 +343,13 @@ fn judge_for_the_orphan_test() {
     );
 }
 
-/// On a GPU host only (`CRUCIBLE_TEST_DEVICE=cuda:0`): CUDA, Triton's compiler, timing and the
-/// profiler all work in the candidate's (reduced) GPU sandbox, over both transports, and the
-/// result says what the sandbox ran without.
+/// On a GPU host only (`CRUCIBLE_TEST_DEVICE=cuda:0`, from scripts/gpu-check): CUDA, Triton's
+/// compiler, timing and the profiler all work in the candidate's (reduced) GPU sandbox, over both
+/// transports, and the result says what the sandbox ran without.
 #[test]
+#[ignore = "needs a GPU: scripts/gpu-check runs it with CRUCIBLE_TEST_DEVICE=cuda:0"]
 fn gpu_candidate_runs_in_the_sandbox() {
-    let Ok(device) = std::env::var("CRUCIBLE_TEST_DEVICE") else {
-        return;
-    };
+    let device = std::env::var("CRUCIBLE_TEST_DEVICE").expect("CRUCIBLE_TEST_DEVICE=cuda:N");
     for transport in [Transport::Shm, Transport::CudaIpc] {
         let mut cfg = EvalConfig::new(&device);
         cfg.verify_policy = None;

@@ -45,6 +45,9 @@ pub struct SandboxExecArgs {
     /// Further directories the command may read and execute (Landlock).
     #[arg(long = "ro")]
     read_only: Vec<PathBuf>,
+    /// Leave out Landlock's signal and abstract-socket scoping (to diagnose).
+    #[arg(long, hide = true)]
+    no_landlock_scoping: bool,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -57,6 +60,7 @@ pub fn run_exec(args: SandboxExecArgs) -> anyhow::Result<ExitCode> {
         read_only: args.read_only,
         gpu_devices: args.gpu,
         gpu_layers: args.layers.unwrap_or(Layers::ALL),
+        landlock_scoping: !args.no_landlock_scoping,
         ..Sandbox::default()
     };
     for missing in sandbox.missing_features() {
