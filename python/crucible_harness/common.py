@@ -9,6 +9,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 import pickle
 import socket
 import sys
@@ -111,10 +112,11 @@ def env_info(torch, device):
     if device.startswith("cuda"):
         info["device_name"] = torch.cuda.get_device_name(torch.device(device))
         try:
-            # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."
+            # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." or
+            # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  ...".
             with open("/proc/driver/nvidia/version", encoding="utf-8") as f:
-                words = f.readline().split("Kernel Module")[-1].split()
-            info["driver"] = words[0] if words else None
+                found = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", f.readline())
+            info["driver"] = found.group(1) if found else None
         except OSError:
             pass
     return info

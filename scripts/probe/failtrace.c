@@ -84,3 +84,14 @@ int ioctl(int fd, unsigned long request, ...) {
     }
     return rc;
 }
+
+#define FOPEN_LIKE(name)                                                           \
+    FILE *name(const char *path, const char *mode) {                              \
+        static FILE *(*real)(const char *, const char *) = 0;                     \
+        if (!real) real = dlsym(RTLD_NEXT, #name);                                 \
+        FILE *f = real(path, mode);                                                \
+        if (!f) { int e = errno; char what[300]; snprintf(what, sizeof what, "%s, \"%s\"", path, mode); report(#name, what, e); errno = e; } \
+        return f;                                                                  \
+    }
+FOPEN_LIKE(fopen)
+FOPEN_LIKE(fopen64)

@@ -125,7 +125,11 @@ fn honest_candidate_is_correct_and_a_degraded_sandbox_is_reported() {
     let result = judge("honest_relu.py", &[], &config());
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     let degraded = result.findings.iter().any(|f| f.code == "sandbox-degraded");
-    assert_eq!(degraded, !Sandbox::default().missing_features().is_empty());
+    let sandbox = Sandbox {
+        gpu_devices: test_device() != "cpu",
+        ..Sandbox::default()
+    };
+    assert_eq!(degraded, !sandbox.missing_features().is_empty());
 }
 
 #[test]
