@@ -27,8 +27,12 @@ def export(argv):
     done = subprocess.run(importer + [f.name], capture_output=True, text=True, timeout=120)
     torch.cuda.synchronize()
     ok = done.returncode == 0 and bool((x == torch.arange(1 << 20, device="cuda") + 1).all())
-    tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
-    print("ipc ok" if ok else f"ipc FAILED (rc={done.returncode}): {tail[0][:200]}")
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    for line in dict.fromkeys(lines):
+        if line.startswith("failtrace") and "No such file" not in line:
+            print("importer", line)
+    tail = lines[-1:] or [""]
+    print("ipc ok" if ok else f"ipc FAILED (rc={done.returncode}): {tail[0][:300]}")
 
 
 def import_(path):

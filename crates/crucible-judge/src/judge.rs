@@ -359,6 +359,9 @@ pub(crate) fn harness_env(runtime: &Runtime, device: &str, home: &Path) -> Vec<(
             runtime.harness_root.display().to_string(),
         ),
         ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        // The working directory (a scratch directory) is not on sys.path: nothing planted there
+        // is ever imported.
+        ("PYTHONSAFEPATH".into(), "1".into()),
         ("PYTHONUNBUFFERED".into(), "1".into()),
         ("HOME".into(), home.display().to_string()),
         (

@@ -411,6 +411,7 @@ impl Sandbox {
             own_user: support.own_user && layers.own_user,
             seccomp: support.seccomp && layers.seccomp,
             unix_sockets: self.gpu_devices,
+            own_proc_access: OWN_PROC_ACCESS & handled_fs(support.landlock_abi),
         })
     }
 
@@ -435,16 +436,7 @@ impl Sandbox {
     }
 
     fn ruleset(&self, abi: i32, python: &Path) -> io::Result<OwnedFd> {
-        let mut handled_fs = FS_ABI1;
-        if abi >= 2 {
-            handled_fs |= FS_REFER;
-        }
-        if abi >= 3 {
-            handled_fs |= FS_TRUNCATE;
-        }
-        if abi >= 5 {
-            handled_fs |= FS_IOCTL_DEV;
-        }
+        let handled_fs = handled_fs(abi);
         let attr = RulesetAttr {
             handled_access_fs: handled_fs,
             // Handled with no rule: every TCP bind and connect is refused.
@@ -522,6 +514,25 @@ impl Sandbox {
         Ok(ruleset)
     }
 }
+
+/// The filesystem rights a Landlock ABI knows, all handled (denied unless a rule grants them).
+fn handled_fs(abi: i32) -> u64 {
+    let mut handled = FS_ABI1;
+    if abi >= 2 {
+        handled |= FS_REFER;
+    }
+    if abi >= 3 {
+        handled |= FS_TRUNCATE;
+    }
+    if abi >= 5 {
+        handled |= FS_IOCTL_DEV;
+    }
+    handled
+}
+
+/// CUDA names its threads by writing /proc/self/task/<tid>/comm (and fails to initialize, error
+/// 304, when it cannot); a process's own /proc entries affect only itself.
+const OWN_PROC_ACCESS: u64 = FS_READ_FILE | FS_WRITE_FILE | FS_READ_DIR | FS_TRUNCATE;
 
 /// Grants `access` beneath `path`; a path that does not exist is skipped.
 fn add_rule(ruleset: &OwnedFd, path: &Path, access: u64) -> io::Result<()> {
@@ -640,6 +651,8 @@ pub(crate) struct Confinement {
     seccomp: bool,
     /// Let the seccomp filter allow `AF_UNIX` sockets (CUDA needs them).
     unix_sockets: bool,
+    /// The Landlock rights on the candidate's own /proc/<pid> (the handled subset).
+    own_proc_access: u64,
 }
 
 impl Confinement {
@@ -686,6 +699,9 @@ impl Confinement {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             }
             if let Some(ruleset) = &self.ruleset {
+                // Only now is the candidate's pid (and its /proc, private with a PID namespace)
+                // known.
+                add_raw_rule(ruleset.as_raw_fd(), c"/proc/self", self.own_proc_access)?;
                 check(
                     libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
                         as libc::c_int,
@@ -771,24 +787,32 @@ unsafe fn mount_private_proc(ruleset: Option<libc::c_int>) -> io::Result<()> {
             ))?;
         }
         if let Some(ruleset) = ruleset {
-            let fd = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
-            check(fd)?;
-            let attr = PathBeneathAttr {
-                allowed_access: FS_READ_FILE | FS_READ_DIR,
-                parent_fd: fd,
-            };
-            let rc = libc::syscall(
-                libc::SYS_landlock_add_rule,
-                ruleset,
-                LANDLOCK_RULE_PATH_BENEATH,
-                &attr as *const PathBeneathAttr,
-                0u32,
-            );
-            libc::close(fd);
-            check(rc as libc::c_int)?;
+            add_raw_rule(ruleset, c"/proc", FS_READ_FILE | FS_READ_DIR)?;
         }
     }
     Ok(())
+}
+
+/// `add_rule` for the forked child: raw system calls only, the path a static string.
+unsafe fn add_raw_rule(ruleset: libc::c_int, path: &std::ffi::CStr, access: u64) -> io::Result<()> {
+    // SAFETY: raw system calls with a NUL-terminated path and a valid attribute struct.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        check(fd)?;
+        let attr = PathBeneathAttr {
+            allowed_access: access,
+            parent_fd: fd,
+        };
+        let rc = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        );
+        libc::close(fd);
+        check(rc as libc::c_int)
+    }
 }
 
 /// The supervisor (the process the judge spawned): waits for init and ends the way the candidate

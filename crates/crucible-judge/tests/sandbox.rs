@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crucible_judge::sandbox::Layers;
 use crucible_judge::{EvalConfig, Runtime, Sandbox, StageLimits, Transport, evaluate};
 use crucible_result::{EvalResult, Verdict};
 
@@ -33,10 +34,23 @@ fn test_device() -> String {
     std::env::var("CRUCIBLE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into())
 }
 
+/// The default sandbox, with the GPU layers `CRUCIBLE_GPU_SANDBOX` names, if set.
+fn test_sandbox() -> Sandbox {
+    let mut sandbox = Sandbox {
+        gpu_devices: test_device() != "cpu",
+        ..Sandbox::default()
+    };
+    if let Ok(layers) = std::env::var("CRUCIBLE_GPU_SANDBOX") {
+        sandbox.gpu_layers = Layers::parse(&layers).expect("CRUCIBLE_GPU_SANDBOX");
+    }
+    sandbox
+}
+
 /// Runtime behaviour only: the static verifier would refuse most of these files first.
 fn config() -> EvalConfig {
     let device = test_device();
     let mut cfg = EvalConfig::new(&device);
+    cfg.sandbox = Some(test_sandbox());
     cfg.limits = StageLimits::uniform(&device, Duration::from_secs(60));
     cfg.verify_policy = None;
     cfg.size_profile = Some("small".into());
@@ -125,11 +139,7 @@ fn honest_candidate_is_correct_and_a_degraded_sandbox_is_reported() {
     let result = judge("honest_relu.py", &[], &config());
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     let degraded = result.findings.iter().any(|f| f.code == "sandbox-degraded");
-    let sandbox = Sandbox {
-        gpu_devices: test_device() != "cpu",
-        ..Sandbox::default()
-    };
-    assert_eq!(degraded, !sandbox.missing_features().is_empty());
+    assert_eq!(degraded, !test_sandbox().missing_features().is_empty());
 }
 
 #[test]
@@ -259,7 +269,7 @@ fn a_fork_bomb_hits_the_process_limit() {
     let mut cfg = config();
     cfg.sandbox = Some(Sandbox {
         max_processes: 64,
-        ..Sandbox::default()
+        ..test_sandbox()
     });
     let result = judge("sandbox_fork_bomb.py", &[("TRIES", "300".into())], &cfg);
     assert_contained(&result);
@@ -356,6 +366,7 @@ fn gpu_candidate_runs_in_the_sandbox() {
     let device = std::env::var("CRUCIBLE_TEST_DEVICE").expect("CRUCIBLE_TEST_DEVICE=cuda:N");
     for transport in [Transport::Shm, Transport::CudaIpc] {
         let mut cfg = EvalConfig::new(&device);
+        cfg.sandbox = Some(test_sandbox());
         cfg.verify_policy = None;
         cfg.transport = transport;
         let result = judge("honest_relu.py", &[], &cfg);
