@@ -226,26 +226,38 @@ class Candidate:
         self.sync()
         return problem
 
+    def time_open(self, msg):
+        """Maps the timed phase's inputs and slots. A request of its own, so that staging
+        (through host memory with `shm`) stays out of the window the judge measures."""
+        self.timed = self.open_payload(msg["payload"])
+        return {"ok": True}
+
     def time(self, msg):
-        """The timed loop; the output of the iteration the judge picked goes to the referee's
-        slots, so a candidate that only computes when it is checked is caught."""
-        inputs, slots = self.open_payload(msg["payload"])
+        """The timed loop, and nothing else: the judge measures this request from outside. The
+        output of the iteration the judge picked is kept for `time_deliver`."""
+        inputs, _slots = self.timed
         picked = msg.get("check_iteration")
-        kept = {}
+        self.kept = {}
 
         def keep(iteration, out):
             if iteration == picked:
-                kept["out"] = common.as_output_list(self.torch, out)
+                self.kept["out"] = common.as_output_list(self.torch, out)
 
         samples = common.time_forward(
             self.torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device, keep
         )
+        return {"ok": True, "samples_ms": samples}
+
+    def time_deliver(self, msg):
+        """Hands the picked iteration's output to the referee's slots, so a candidate that only
+        computes when it is checked is caught."""
+        _inputs, slots = self.timed
         problem = "the picked iteration produced no output"
-        if "out" in kept:
-            outputs = kept["out"]
+        if "out" in self.kept:
+            outputs = self.kept["out"]
             meta = [{"type": f"{type(v).__module__}.{type(v).__qualname__}"} for v in outputs]
             problem = self.deliver(outputs, slots, meta)
-        return {"ok": True, "samples_ms": samples, "problem": problem}
+        return {"ok": True, "problem": problem}
 
     def profile(self, msg):
         """One profiled forward: GPU time per kernel name, from the profiler's device records."""
@@ -291,7 +303,14 @@ def main():
             chan.send({"ok": False, "error": f"cannot use {device} in the candidate process: {exc}"})
             return 1
     chan.send({"ok": True, "ready": True})
-    handlers = {"load": candidate.load, "run": candidate.run, "time": candidate.time, "profile": candidate.profile}
+    handlers = {
+        "load": candidate.load,
+        "run": candidate.run,
+        "time_open": candidate.time_open,
+        "time": candidate.time,
+        "time_deliver": candidate.time_deliver,
+        "profile": candidate.profile,
+    }
     while True:
         msg = chan.recv()
         op = msg.get("op")

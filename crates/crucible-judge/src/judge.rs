@@ -908,8 +908,11 @@ fn run_started(
         // The timed inputs are shared like a trial's, and their expected outputs kept for the
         // timed-output check.
         let prepared = referee_call(referee, request("prepare"), cfg.limits.timing)?;
+        // Mapping (and, with `shm`, staging) the inputs is a request of its own: the measured
+        // window below holds the timed loop alone, like the referee's.
+        let open = json!({"op": "time_open", "stage": "timing", "payload": prepared["payload"]});
+        candidate_call(candidate, "timing", open, cfg.limits.timing)?;
         let mut msg = request("time");
-        msg["payload"] = prepared["payload"].clone();
         msg["stage"] = json!("timing");
         // One timed iteration, unknown to the candidate until now, has its output checked.
         msg["check_iteration"] = json!(fresh_seed() % u64::from(timing_cfg.iters.max(1)));
@@ -917,12 +920,14 @@ fn run_started(
         let timed = candidate_call(candidate, "timing", msg, cfg.limits.timing)?;
         let phase_wall_s = phase.elapsed().as_secs_f64();
         let candidate_samples = samples(&timed)?;
+        let deliver = json!({"op": "time_deliver", "stage": "timing"});
+        let delivered = candidate_call(candidate, "timing", deliver, cfg.limits.timing)?;
         Ok((
             reference,
             candidate_samples,
             phase_wall_s,
             prepared["payload"].clone(),
-            timed["problem"].as_str().map(str::to_string),
+            delivered["problem"].as_str().map(str::to_string),
         ))
     })?;
     let (reference_reply, candidate_samples, phase_wall_s, payload, timed_problem) = timing;
