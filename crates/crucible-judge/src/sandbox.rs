@@ -32,8 +32,14 @@
 //! parent before fork; between fork and exec only raw system calls run. Features the kernel
 //! lacks are found once per judge process (probed in throwaway forked children) and skipped;
 //! [`Sandbox::missing_features`] lists them, and the judge reports them as a `sandbox-degraded`
-//! finding instead of failing. On a GPU the layers in `Sandbox::gpu_layers` apply (see
-//! `Layers::GPU_DEFAULT`).
+//! finding instead of failing.
+//!
+//! On a GPU the layers in `Sandbox::gpu_layers` apply, by default all but the user id (see
+//! `Layers::GPU_DEFAULT`): CUDA IPC will not map the referee's memory into another user's
+//! process. The candidate stays uid 0 with every capability dropped; Landlock also lets it write
+//! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
+//! empty tmpfs over /run hides the daemons' sockets. Left open there: the process limit (uid 0
+//! is exempt) and Unix sockets at paths outside /run.
 
 use std::ffi::CString;
 use std::io;
@@ -97,13 +103,14 @@ impl Layers {
     /// The names `parse` accepts, in order.
     pub const NAMES: [&'static str; 5] = ["landlock", "seccomp", "pid", "ipc", "user"];
 
-    /// What a candidate on a GPU gets by default, from `scripts/gpu-sandbox-probe` on the H200
-    /// test host (driver 580, kernel 6.18): CUDA initializes and imports the referee's memory
-    /// under the PID and IPC namespaces and under the seccomp filter once it allows Unix sockets;
-    /// CUDA IPC refuses a candidate under another user id, and CUDA fails to initialize under
-    /// Landlock (error 304, "OS call failed").
+    /// What a candidate on a GPU gets by default, measured with `scripts/gpu-sandbox-probe` and
+    /// `scripts/gpu-check hacks,sandbox` on the H200 test host (driver 580, kernel 6.18): CUDA
+    /// works under Landlock once the candidate may write its own /proc/<pid> (CUDA names its
+    /// threads there), under the seccomp filter once it allows Unix sockets, and under the PID and
+    /// IPC namespaces. CUDA IPC refuses to import the referee's memory into a process of another
+    /// user id, so the candidate stays uid 0, without any capability.
     pub const GPU_DEFAULT: Layers = Layers {
-        landlock: false,
+        landlock: true,
         seccomp: true,
         pid_namespace: true,
         ipc_namespace: true,
@@ -149,7 +156,10 @@ impl Layers {
             off.push("IPC namespace (off on a GPU)");
         }
         if !self.own_user {
-            off.push("a user id of its own (off on a GPU)");
+            off.push(
+                "a user id of its own (off on a GPU: CUDA IPC needs the referee's; the candidate \
+                 runs as uid 0 with no capabilities, outside the process limit)",
+            );
         }
         off
     }
@@ -232,7 +242,6 @@ struct CapData {
 
 /// First user id of the range candidates run as; far above any account a system creates.
 const UID_BASE: u32 = 1_500_000_000;
-
 
 /// `CAP_SYS_PTRACE` from `<linux/capability.h>` (the libc crate does not export it).
 const CAP_SYS_PTRACE: libc::c_ulong = 19;
@@ -425,7 +434,11 @@ impl Sandbox {
 
     /// Runs `command` confined like a candidate (its environment as the caller set it). For
     /// finding out what a program needs from the sandbox: `crucible sandbox-exec`.
-    pub fn run(&self, python: &Path, command: &mut std::process::Command) -> io::Result<std::process::ExitStatus> {
+    pub fn run(
+        &self,
+        python: &Path,
+        command: &mut std::process::Command,
+    ) -> io::Result<std::process::ExitStatus> {
         use std::os::unix::process::CommandExt;
         let confinement = self.prepare(python)?;
         // SAFETY: `enter` only makes raw system calls (see its contract).
@@ -933,7 +946,13 @@ unsafe fn drop_capabilities() -> io::Result<()> {
                 return Err(io::Error::last_os_error());
             }
         }
-        check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0))?;
+        check(libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        ))?;
         let header = CapHeader {
             version: LINUX_CAPABILITY_VERSION_3,
             pid: 0,
@@ -1051,7 +1070,11 @@ const fn jump_if(test: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 const fn seccomp_filter(unix_sockets: bool) -> [libc::sock_filter; 18] {
     use libc::{BPF_JEQ, BPF_JGE, BPF_JSET};
     // With Unix sockets allowed, the socket test jumps straight to the clone tests.
-    let af_unix = if unix_sockets { u32::MAX } else { libc::AF_UNIX as u32 };
+    let af_unix = if unix_sockets {
+        u32::MAX
+    } else {
+        libc::AF_UNIX as u32
+    };
     [
         bpf_stmt(LOAD, SECCOMP_ARCH),
         jump_if(BPF_JEQ, AUDIT_ARCH, 1, 0),
@@ -1127,4 +1150,56 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 fn errno() -> libc::c_int {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_parse_names_all_and_none() {
+        assert_eq!(Layers::parse("all"), Ok(Layers::ALL));
+        assert_eq!(Layers::parse("none"), Ok(Layers::NONE));
+        assert_eq!(Layers::parse(""), Ok(Layers::NONE));
+        let some = Layers::parse("landlock, pid").unwrap();
+        assert!(some.landlock && some.pid_namespace);
+        assert!(!some.seccomp && !some.ipc_namespace && !some.own_user);
+        let err = Layers::parse("landlock,chroot").unwrap_err();
+        assert!(err.contains("`chroot`"), "{err}");
+    }
+
+    #[test]
+    fn a_gpu_sandbox_names_what_it_runs_without() {
+        let gpu = Sandbox {
+            gpu_devices: true,
+            ..Sandbox::default()
+        };
+        let off = gpu.missing_features();
+        assert!(
+            off.iter().any(|m| m.starts_with("a user id of its own")),
+            "{off:?}"
+        );
+        assert!(
+            !off.iter().any(|m| m.starts_with("Landlock (off")),
+            "{off:?}"
+        );
+        let cpu = Sandbox::default();
+        assert!(
+            !cpu.missing_features()
+                .iter()
+                .any(|m| m.contains("off on a GPU"))
+        );
+    }
+
+    #[test]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn the_gpu_seccomp_filter_differs_only_in_unix_sockets() {
+        let differ: Vec<usize> = (0..SECCOMP_FILTER.len())
+            .filter(|&i| {
+                let (a, b) = (SECCOMP_FILTER[i], SECCOMP_FILTER_GPU[i]);
+                (a.code, a.jt, a.jf, a.k) != (b.code, b.jt, b.jf, b.k)
+            })
+            .collect();
+        assert_eq!(differ, vec![10], "only the AF_UNIX comparison");
+    }
 }

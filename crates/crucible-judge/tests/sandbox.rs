@@ -225,6 +225,10 @@ fn writes_outside_the_scratch_directory_fail() {
         .join(format!("escape-{tag}"));
     let victim = dir.join("victim.txt");
     std::fs::write(&victim, "untouched").unwrap();
+    // The attack goes through the referee's shared files, which only `shm` maps (on a GPU the
+    // default is CUDA IPC).
+    let mut cfg = config();
+    cfg.transport = Transport::Shm;
     let result = judge(
         "sandbox_write_escape.py",
         &[
@@ -235,7 +239,7 @@ fn writes_outside_the_scratch_directory_fail() {
             ("TAG", tag),
             ("VICTIM", victim.display().to_string()),
         ],
-        &config(),
+        &cfg,
     );
     let created: Vec<&PathBuf> = [&in_target, &in_tmp, &in_harness]
         .into_iter()
@@ -390,4 +394,22 @@ fn gpu_candidate_runs_in_the_sandbox() {
             result.findings
         );
     }
+}
+
+/// CUDA names its threads through /proc/self/task/<tid>/comm and fails to initialize when it
+/// cannot; Landlock lets a confined process write its own /proc entries and nothing else there.
+#[test]
+fn a_confined_process_may_write_its_own_proc_entries_only() {
+    let sandbox = test_sandbox();
+    let run = |script: &str| {
+        let mut command = Command::new("/bin/sh");
+        command.args(["-c", script]);
+        sandbox
+            .run(&runtime().python, &mut command)
+            .expect("sandboxed shell")
+            .success()
+    };
+    assert!(run("echo renamed > /proc/self/comm"));
+    assert!(!run("echo renamed > /proc/1/comm"));
+    assert!(!run("echo 1 > /proc/sys/vm/drop_caches"));
 }
