@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Confinement, PidsCgroup, Sandbox};
 
 /// At most this much of a child's stdout+stderr is kept for diagnostics.
 const LOG_CAP: usize = 64 * 1024;
@@ -83,6 +83,8 @@ pub struct Spawn {
 
 pub struct HarnessProcess {
     child: Child,
+    /// The candidate's pids cgroup; dropped (removed) after the process is killed.
+    _cgroup: Option<PidsCgroup>,
     writer: UnixStream,
     reader: BufReader<UnixStream>,
     log: Arc<Mutex<Vec<u8>>>,
@@ -104,10 +106,11 @@ impl HarnessProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // Built here, before fork: the child may not allocate.
-        let confinement = match &spec.sandbox {
+        let mut confinement = match &spec.sandbox {
             Some(sandbox) => Some(sandbox.prepare(&spec.python)?),
             None => None,
         };
+        let cgroup = confinement.as_mut().and_then(Confinement::take_cgroup);
         let judge_pid = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
         // system calls (setsid, prctl, getppid, fcntl, dup2 and the sandbox's own calls, which
@@ -160,6 +163,7 @@ impl HarnessProcess {
         let reader = BufReader::new(parent_end.try_clone()?);
         Ok(HarnessProcess {
             child,
+            _cgroup: cgroup,
             writer: parent_end,
             reader,
             log,

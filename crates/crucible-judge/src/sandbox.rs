@@ -26,7 +26,8 @@
 //! - **seccomp**: no `AF_UNIX` sockets (Landlock does not cover connecting to a socket file, and
 //!   `CAP_DAC_OVERRIDE` would open root daemons' sockets such as docker.sock) and no user
 //!   namespaces (the kernel surface that most container escapes go through).
-//! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`.
+//! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`; and a
+//!   **pids cgroup** with the same process limit, where the host has one.
 //!
 //! Everything that allocates (paths, the Landlock ruleset, probing the kernel) happens in the
 //! parent before fork; between fork and exec only raw system calls run. Features the kernel
@@ -38,8 +39,10 @@
 //! `Layers::GPU_DEFAULT`): CUDA IPC will not map the referee's memory into another user's
 //! process. The candidate stays uid 0 with every capability dropped; Landlock also lets it write
 //! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
-//! empty tmpfs over /run hides the daemons' sockets. Left open there: the process limit (uid 0
-//! is exempt) and Unix sockets at paths outside /run.
+//! empty tmpfs over /run hides the daemons' sockets. uid 0 is exempt from `RLIMIT_NPROC`, so
+//! the process limit comes from a pids cgroup of the candidate's own where the host has a
+//! writable v1 pids hierarchy (on every host, not only GPU ones). Left open on a GPU: Unix
+//! sockets at paths outside /run.
 
 use std::ffi::CString;
 use std::io;
@@ -158,7 +161,7 @@ impl Layers {
         if !self.own_user {
             off.push(
                 "a user id of its own (off on a GPU: CUDA IPC needs the referee's; the candidate \
-                 runs as uid 0 with no capabilities, outside the process limit)",
+                 runs as uid 0 with no capabilities)",
             );
         }
         off
@@ -391,6 +394,10 @@ impl Sandbox {
         if self.gpu_devices {
             missing.extend(self.gpu_layers.off_on_gpu());
         }
+        let own_user = support().own_user && self.layers().own_user;
+        if !own_user && pids_cgroup_parent().is_none() {
+            missing.push("a process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup is writable)");
+        }
         missing
     }
 
@@ -410,8 +417,17 @@ impl Sandbox {
         if support.ipc_namespace && layers.ipc_namespace {
             namespaces |= libc::CLONE_NEWIPC;
         }
+        let cgroup = PidsCgroup::create(self.max_processes)?;
+        let cgroup_procs = match &cgroup {
+            Some(cgroup) => Some(CString::new(
+                cgroup.dir.join("cgroup.procs").as_os_str().as_bytes(),
+            )?),
+            None => None,
+        };
         Ok(Confinement {
             ruleset,
+            cgroup,
+            cgroup_procs,
             max_file_bytes: self.max_file_bytes,
             max_open_files: self.max_open_files,
             max_processes: self.max_processes,
@@ -440,7 +456,8 @@ impl Sandbox {
         command: &mut std::process::Command,
     ) -> io::Result<std::process::ExitStatus> {
         use std::os::unix::process::CommandExt;
-        let confinement = self.prepare(python)?;
+        let mut confinement = self.prepare(python)?;
+        let _cgroup = confinement.take_cgroup();
         // SAFETY: `enter` only makes raw system calls (see its contract).
         unsafe {
             command.pre_exec(move || confinement.enter());
@@ -649,11 +666,97 @@ fn python_dirs(python: &Path) -> io::Result<Arc<[PathBuf]>> {
     Ok(dirs)
 }
 
+// --- the process limit for uid 0: a pids cgroup ----------------------------------------------
+
+/// A pids cgroup (cgroup v1 hierarchy) of one candidate: its process limit where
+/// `RLIMIT_NPROC` does not bind (uid 0 is exempt, and a GPU candidate stays uid 0). Removed,
+/// after killing whatever is left in it, when dropped.
+pub(crate) struct PidsCgroup {
+    dir: PathBuf,
+}
+
+/// The judge's own pids cgroup, if this host has a v1 pids hierarchy the judge may create
+/// cgroups in (probed once).
+fn pids_cgroup_parent() -> Option<&'static Path> {
+    static PARENT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PARENT
+        .get_or_init(|| {
+            let mount = Path::new("/sys/fs/cgroup/pids");
+            if !mount.join("cgroup.procs").exists() {
+                return None;
+            }
+            // "4:pids:/some/path"
+            let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+            let path = own.lines().find_map(|line| {
+                let mut fields = line.splitn(3, ':');
+                let controllers = fields.nth(1)?;
+                let path = fields.next()?;
+                controllers.split(',').any(|c| c == "pids").then_some(path)
+            })?;
+            let parent = mount.join(path.trim_start_matches('/'));
+            let probe = parent.join(format!("crucible-probe-{}", std::process::id()));
+            std::fs::create_dir(&probe).ok()?;
+            let writable = std::fs::write(probe.join("pids.max"), "1").is_ok();
+            let _ = std::fs::remove_dir(&probe);
+            writable.then_some(parent)
+        })
+        .as_deref()
+}
+
+impl PidsCgroup {
+    /// A fresh cgroup limited to `max` tasks; `None` where the host has no usable pids cgroup.
+    fn create(max: u64) -> io::Result<Option<PidsCgroup>> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let Some(parent) = pids_cgroup_parent() else {
+            return Ok(None);
+        };
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("crucible-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir)?;
+        let cgroup = PidsCgroup { dir };
+        std::fs::write(cgroup.dir.join("pids.max"), max.to_string())?;
+        Ok(Some(cgroup))
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // A cgroup with tasks cannot be removed; what is left (the candidate is already dead
+        // or being killed) gets SIGKILL, and dying tasks get a moment to leave.
+        for _ in 0..100 {
+            match std::fs::remove_dir(&self.dir) {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => {}
+                _ => return,
+            }
+            if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+                for pid in procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+                {
+                    // SAFETY: a plain kill of a process in this candidate's cgroup.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        tracing::warn!(
+            "could not remove the candidate cgroup {}",
+            self.dir.display()
+        );
+    }
+}
+
 // --- the child's side: raw system calls only ------------------------------------------------
 
 /// The prepared sandbox for one spawn; applied by `enter` between fork and exec.
 pub(crate) struct Confinement {
     ruleset: Option<OwnedFd>,
+    /// Owned by the parent for as long as the child lives (see `take_cgroup`).
+    cgroup: Option<PidsCgroup>,
+    /// `cgroup.procs` of that cgroup, which the child joins first.
+    cgroup_procs: Option<CString>,
     max_file_bytes: u64,
     max_open_files: u64,
     max_processes: u64,
@@ -669,6 +772,12 @@ pub(crate) struct Confinement {
 }
 
 impl Confinement {
+    /// The cgroup, for the parent to keep (and remove) once the child is gone; the child still
+    /// joins it.
+    pub(crate) fn take_cgroup(&mut self) -> Option<PidsCgroup> {
+        self.cgroup.take()
+    }
+
     /// Confines the calling process. With a PID namespace this returns only in the candidate
     /// (two forks down); the supervisor and init never return.
     ///
@@ -683,6 +792,11 @@ impl Confinement {
             // anywhere, and the root-owned helpers are not dumpable (nor readable in /proc).
             set_limit(libc::RLIMIT_CORE, 0)?;
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            // First, so the supervisor, init and everything the candidate forks count against
+            // the cgroup's process limit.
+            if let Some(procs) = &self.cgroup_procs {
+                join_cgroup(procs)?;
+            }
             // Unique while the supervisor lives, which is as long as anything of the candidate.
             let uid = UID_BASE + libc::getpid() as u32;
             if self.pid_namespace {
@@ -726,6 +840,22 @@ impl Confinement {
         }
         Ok(())
     }
+}
+
+/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`.
+unsafe fn join_cgroup(procs: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: raw system calls with a NUL-terminated path and a one-byte buffer.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        check(fd)?;
+        // "0" is the writing process itself.
+        let written = libc::write(fd, c"0".as_ptr().cast(), 1);
+        libc::close(fd);
+        if written != 1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Supervisor → init → candidate. Returns in the candidate only.

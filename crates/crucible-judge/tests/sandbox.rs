@@ -413,3 +413,59 @@ fn a_confined_process_may_write_its_own_proc_entries_only() {
     assert!(!run("echo renamed > /proc/1/comm"));
     assert!(!run("echo 1 > /proc/sys/vm/drop_caches"));
 }
+
+/// Forks sleeping children until fork fails (at most 200), then writes "<uid> <children>" to
+/// the file `FORKED_REPORT` names.
+const FORK_COUNTER: &str = "
+import os, signal, time
+kids = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+except OSError:
+    pass
+for kid in kids:
+    os.kill(kid, signal.SIGKILL)
+with open(os.environ['FORKED_REPORT'], 'w') as f:
+    f.write(f'{os.getuid()} {len(kids)}')
+";
+
+/// On a GPU the candidate stays uid 0, which `RLIMIT_NPROC` does not bind: there a pids cgroup
+/// is the process limit. Checked on any host with the GPU layers (confining needs no GPU).
+#[test]
+fn a_fork_bomb_as_uid_0_hits_the_cgroup_limit() {
+    let dir = test_dir("cgroup");
+    let sandbox = Sandbox {
+        gpu_devices: true,
+        max_processes: 32,
+        read_write: vec![dir.clone()],
+        ..Sandbox::default()
+    };
+    let missing = sandbox.missing_features();
+    assert!(
+        !missing.iter().any(|m| m.starts_with("a process limit")),
+        "this host has no writable pids cgroup: {missing:?}"
+    );
+    let report = dir.join("forked.txt");
+    let mut command = Command::new(runtime().python);
+    command
+        .args(["-c", FORK_COUNTER])
+        .env("FORKED_REPORT", &report);
+    let status = sandbox
+        .run(&runtime().python, &mut command)
+        .expect("sandboxed python");
+    let forked = std::fs::read_to_string(&report).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "{status}");
+    let (uid, count) = forked.trim().split_once(' ').expect("uid and count");
+    assert_eq!(uid, "0", "the GPU layers keep uid 0");
+    let count: u32 = count.parse().expect("count");
+    assert!(
+        count < 32,
+        "forked {count} children under a limit of 32 tasks"
+    );
+}

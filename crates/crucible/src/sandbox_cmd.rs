@@ -45,6 +45,9 @@ pub struct SandboxExecArgs {
     /// Further directories the command may read and execute (Landlock).
     #[arg(long = "ro")]
     read_only: Vec<PathBuf>,
+    /// Most tasks (processes and threads) the command may have at once.
+    #[arg(long, default_value_t = Sandbox::default().max_processes)]
+    max_processes: u64,
     /// Leave out Landlock's signal and abstract-socket scoping (to diagnose).
     #[arg(long, hide = true)]
     no_landlock_scoping: bool,
@@ -59,6 +62,7 @@ pub fn run_exec(args: SandboxExecArgs) -> anyhow::Result<ExitCode> {
         read_write: args.read_write,
         read_only: args.read_only,
         gpu_devices: args.gpu,
+        max_processes: args.max_processes,
         gpu_layers: args.layers.unwrap_or(Layers::ALL),
         landlock_scoping: !args.no_landlock_scoping,
         ..Sandbox::default()
