@@ -393,6 +393,12 @@ impl Sandbox {
         let mut missing = support().missing.clone();
         if self.gpu_devices {
             missing.extend(self.gpu_layers.off_on_gpu());
+            if self.gpu_layers.seccomp {
+                missing.push(
+                    "the seccomp ban on Unix sockets (off on a GPU: CUDA needs them; daemon \
+                     sockets in /run are hidden)",
+                );
+            }
         }
         let own_user = support().own_user && self.layers().own_user;
         if !own_user && pids_cgroup_parent().is_none() {
