@@ -123,6 +123,8 @@ class Candidate:
         self.recorder = recorder
         self.model = None
         self.path = None
+        self.timed = None  # (inputs, slots) of the timed phase, from `time_open`
+        self.kept = {}  # the checked timed iteration's output, for `time_deliver`
 
     def load(self, msg):
         torch = self.torch

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::sandbox::{Confinement, PidsCgroup, Sandbox};
+use crate::sandbox::{PidsCgroup, Sandbox};
 
 /// At most this much of a child's stdout+stderr is kept for diagnostics.
 const LOG_CAP: usize = 64 * 1024;
@@ -106,11 +106,13 @@ impl HarnessProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // Built here, before fork: the child may not allocate.
-        let mut confinement = match &spec.sandbox {
-            Some(sandbox) => Some(sandbox.prepare(&spec.python)?),
-            None => None,
+        let (confinement, cgroup) = match &spec.sandbox {
+            Some(sandbox) => {
+                let (confinement, cgroup) = sandbox.prepare(&spec.python)?;
+                (Some(confinement), cgroup)
+            }
+            None => (None, None),
         };
-        let cgroup = confinement.as_mut().and_then(Confinement::take_cgroup);
         let judge_pid = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
         // system calls (setsid, prctl, getppid, fcntl, dup2 and the sandbox's own calls, which

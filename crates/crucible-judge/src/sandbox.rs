@@ -407,8 +407,9 @@ impl Sandbox {
         missing
     }
 
-    /// Everything `enter` needs, built before fork: the Landlock ruleset and the plan.
-    pub(crate) fn prepare(&self, python: &Path) -> io::Result<Confinement> {
+    /// Everything `enter` needs, built before fork: the Landlock ruleset and the plan; and the
+    /// pids cgroup the child joins, for the parent to keep (and remove) once the child is gone.
+    pub(crate) fn prepare(&self, python: &Path) -> io::Result<(Confinement, Option<PidsCgroup>)> {
         let support = support();
         let layers = self.layers();
         let ruleset = if support.landlock_abi >= 1 && layers.landlock {
@@ -430,9 +431,8 @@ impl Sandbox {
             )?),
             None => None,
         };
-        Ok(Confinement {
+        let confinement = Confinement {
             ruleset,
-            cgroup,
             cgroup_procs,
             max_file_bytes: self.max_file_bytes,
             max_open_files: self.max_open_files,
@@ -443,7 +443,8 @@ impl Sandbox {
             seccomp: support.seccomp && layers.seccomp,
             unix_sockets: self.gpu_devices,
             own_proc_access: OWN_PROC_ACCESS & handled_fs(support.landlock_abi),
-        })
+        };
+        Ok((confinement, cgroup))
     }
 
     fn layers(&self) -> Layers {
@@ -462,8 +463,7 @@ impl Sandbox {
         command: &mut std::process::Command,
     ) -> io::Result<std::process::ExitStatus> {
         use std::os::unix::process::CommandExt;
-        let mut confinement = self.prepare(python)?;
-        let _cgroup = confinement.take_cgroup();
+        let (confinement, _cgroup) = self.prepare(python)?;
         // SAFETY: `enter` only makes raw system calls (see its contract).
         unsafe {
             command.pre_exec(move || confinement.enter());
@@ -759,9 +759,7 @@ impl Drop for PidsCgroup {
 /// The prepared sandbox for one spawn; applied by `enter` between fork and exec.
 pub(crate) struct Confinement {
     ruleset: Option<OwnedFd>,
-    /// Owned by the parent for as long as the child lives (see `take_cgroup`).
-    cgroup: Option<PidsCgroup>,
-    /// `cgroup.procs` of that cgroup, which the child joins first.
+    /// `cgroup.procs` of the candidate's pids cgroup, which the child joins first.
     cgroup_procs: Option<CString>,
     max_file_bytes: u64,
     max_open_files: u64,
@@ -778,12 +776,6 @@ pub(crate) struct Confinement {
 }
 
 impl Confinement {
-    /// The cgroup, for the parent to keep (and remove) once the child is gone; the child still
-    /// joins it.
-    pub(crate) fn take_cgroup(&mut self) -> Option<PidsCgroup> {
-        self.cgroup.take()
-    }
-
     /// Confines the calling process. With a PID namespace this returns only in the candidate
     /// (two forks down); the supervisor and init never return.
     ///
@@ -818,11 +810,6 @@ impl Confinement {
             check(libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0))?;
             set_limit(libc::RLIMIT_FSIZE, self.max_file_bytes)?;
             set_limit(libc::RLIMIT_NOFILE, self.max_open_files)?;
-            if !self.own_user {
-                // Still uid 0 (CUDA IPC on a GPU needs the referee's uid), but with no
-                // capability: no module loading, mounts, raw devices or signals across users.
-                drop_capabilities()?;
-            }
             if self.own_user {
                 become_user(uid)?;
                 // Enforced for this user only; root would be exempt.
@@ -830,6 +817,10 @@ impl Confinement {
                 // A credential change clears the parent-death signal; it matters where there
                 // is no PID namespace (the judge is then the parent).
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            } else {
+                // Still uid 0 (CUDA IPC on a GPU needs the referee's uid), but with no
+                // capability: no module loading, mounts, raw devices or signals across users.
+                drop_capabilities()?;
             }
             if let Some(ruleset) = &self.ruleset {
                 // Only now is the candidate's pid (and its /proc, private with a PID namespace)
@@ -1068,20 +1059,32 @@ unsafe fn close_all_but(keep: libc::c_int) {
     }
 }
 
-/// Switches to `uid` (and the same gid), keeping only `CAP_DAC_OVERRIDE`, also across exec.
-/// Empties every capability set, the bounding set included, so that exec gives none back even
-/// to uid 0.
-unsafe fn drop_capabilities() -> io::Result<()> {
+/// Drops every capability but `keep` from the bounding set: out of it, no exec can give a
+/// capability back.
+unsafe fn drop_bounding_set(keep: Option<u32>) -> io::Result<()> {
     // SAFETY: raw system calls on the calling process's credentials.
     unsafe {
         for cap in 0..64 {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+            if Some(cap) == keep {
+                continue;
+            }
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
                 if errno() == libc::EINVAL {
                     break; // past the last capability this kernel knows
                 }
                 return Err(io::Error::last_os_error());
             }
         }
+    }
+    Ok(())
+}
+
+/// Empties every capability set, the bounding set included, so that exec gives none back even
+/// to uid 0.
+unsafe fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: raw system calls on the calling process's credentials.
+    unsafe {
+        drop_bounding_set(None)?;
         check(libc::prctl(
             libc::PR_CAP_AMBIENT,
             libc::PR_CAP_AMBIENT_CLEAR_ALL,
@@ -1104,22 +1107,12 @@ unsafe fn drop_capabilities() -> io::Result<()> {
     Ok(())
 }
 
+/// Switches to `uid` (and the same gid), keeping only `CAP_DAC_OVERRIDE`, also across exec.
 unsafe fn become_user(uid: u32) -> io::Result<()> {
     // SAFETY: raw system calls on the calling process's credentials; the capability structs are
     // valid for the duration of the call.
     unsafe {
-        // Out of the bounding set, no exec can give a capability back.
-        for cap in 0..64 {
-            if cap == CAP_DAC_OVERRIDE as libc::c_ulong {
-                continue;
-            }
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
-                if errno() == libc::EINVAL {
-                    break; // past the last capability this kernel knows
-                }
-                return Err(io::Error::last_os_error());
-            }
-        }
+        drop_bounding_set(Some(CAP_DAC_OVERRIDE))?;
         // Raw system calls: glibc's wrappers would try to change every thread of the judge.
         check(libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) as i32)?;
         check(libc::syscall(libc::SYS_setresgid, uid, uid, uid) as i32)?;
