@@ -700,6 +700,7 @@ fn pids_cgroup_parent() -> Option<&'static Path> {
                 controllers.split(',').any(|c| c == "pids").then_some(path)
             })?;
             let parent = mount.join(path.trim_start_matches('/'));
+            remove_stale_cgroups(&parent);
             let probe = parent.join(format!("crucible-probe-{}", std::process::id()));
             std::fs::create_dir(&probe).ok()?;
             let writable = std::fs::write(probe.join("pids.max"), "1").is_ok();
@@ -707,6 +708,25 @@ fn pids_cgroup_parent() -> Option<&'static Path> {
             writable.then_some(parent)
         })
         .as_deref()
+}
+
+/// Removes the cgroups of judges that were killed before they could remove their own (empty
+/// once their candidates died; `rmdir` refuses any still in use).
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let judge = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("crucible-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if judge.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 impl PidsCgroup {
