@@ -9,6 +9,7 @@ here would pass the judge. The judge (Rust) drives it over fd 3, one task per re
 """
 
 import gc
+import os
 import sys
 import traceback
 
@@ -163,6 +164,7 @@ def main():
     import torch
 
     auditor = Auditor(torch)
+    common.bring_up(torch, os.environ.get("CRUCIBLE_DEVICE", "cpu"))
     chan.send({"ok": True, "ready": True})
     while True:
         msg = chan.recv()

@@ -261,30 +261,58 @@ class Candidate:
             problem = self.deliver(outputs, slots, meta)
         return {"ok": True, "problem": problem}
 
+    def time_batch(self, msg):
+        """`count` forwards back to back on the timed inputs, then one synchronize: the judge
+        times this request from outside, as a witness the candidate cannot edit (timing.rs)."""
+        inputs, _slots = self.timed
+        with self.torch.no_grad():
+            for _ in range(msg["count"]):
+                self.model(*inputs)
+        self.sync()
+        return {"ok": True}
+
     def profile(self, msg):
-        """One profiled forward: GPU time per kernel name, from the profiler's device records."""
+        """Profiled forwards: GPU time per kernel name, and each forward's busy time (the union
+        of its device activity intervals), from the profiler's device records (CUPTI)."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
 
         inputs, _slots = self.open_payload(msg["payload"])
+        busy_us, kernels = [], None
         with torch.no_grad():
             self.model(*inputs)  # warm: compilation and autotuning stay out of the profile
             self.sync()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                self.model(*inputs)
-                self.sync()
-        kernels = collections.defaultdict(lambda: [0, 0.0])
-        for event in prof.events():
-            if event.device_type != torch.autograd.DeviceType.CUDA:
-                continue
-            entry = kernels[event.name]
-            entry[0] += 1
-            entry[1] += event.time_range.elapsed_us()
+            for _ in range(msg.get("forwards", 1)):
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    self.model(*inputs)
+                    self.sync()
+                records = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+                busy_us.append(union_length([(e.time_range.start, e.time_range.end) for e in records]))
+                if kernels is None:
+                    kernels = collections.defaultdict(lambda: [0, 0.0])
+                    for event in records:
+                        entry = kernels[event.name]
+                        entry[0] += 1
+                        entry[1] += event.time_range.elapsed_us()
         return {
             "ok": True,
-            "kernels": [{"name": n, "calls": c, "gpu_time_us": t} for n, (c, t) in sorted(kernels.items())],
+            "kernels": [{"name": n, "calls": c, "gpu_time_us": t} for n, (c, t) in sorted((kernels or {}).items())],
+            "busy_us": busy_us,
             "launches": self.recorder.report(),
         }
+
+
+def union_length(intervals):
+    """Total length covered by (start, end) intervals: overlapping kernels count once."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
 
 
 def main():
@@ -296,14 +324,13 @@ def main():
     recorder.install(triton)
     candidate = Candidate(torch, chan, recorder)
     device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
-    if device.startswith("cuda"):
-        # Bring the device up before any candidate code runs: a failure here is the machine's
-        # (or the sandbox's), never the candidate's, and the context start overlaps the referee's.
-        try:
-            torch.empty(1, device=device)
-        except Exception as exc:
-            chan.send({"ok": False, "error": f"cannot use {device} in the candidate process: {exc}"})
-            return 1
+    # Bring the device up before any candidate code runs: a failure here is the machine's
+    # (or the sandbox's), never the candidate's, and the context start overlaps the referee's.
+    try:
+        common.bring_up(torch, device)
+    except Exception as exc:
+        chan.send({"ok": False, "error": f"cannot use {device} in the candidate process: {exc}"})
+        return 1
     chan.send({"ok": True, "ready": True})
     handlers = {
         "load": candidate.load,
@@ -311,6 +338,7 @@ def main():
         "time_open": candidate.time_open,
         "time": candidate.time,
         "time_deliver": candidate.time_deliver,
+        "time_batch": candidate.time_batch,
         "profile": candidate.profile,
     }
     while True:

@@ -295,12 +295,11 @@ def main():
 
     referee = Referee(torch, chan)
     device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
-    if device.startswith("cuda"):
-        try:
-            torch.empty(1, device=device)
-        except Exception as exc:
-            chan.send({"ok": False, "error": f"cannot use {device} in the referee: {exc}"})
-            return 1
+    try:
+        common.bring_up(torch, device)
+    except Exception as exc:
+        chan.send({"ok": False, "error": f"cannot use {device} in the referee: {exc}"})
+        return 1
     chan.send({"ok": True, "ready": True})
     handlers = {
         "init": referee.init,

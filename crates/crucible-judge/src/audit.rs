@@ -272,7 +272,8 @@ impl Auditor<'_> {
             let mut process = HarnessProcess::spawn(Spawn {
                 python: self.runtime.python.clone(),
                 module: "crucible_harness.audit",
-                env: crate::judge::harness_env(self.runtime, &self.cfg.device, &self.home),
+                env: crate::runtime::harness_env(self.runtime, &self.cfg.device, &self.home)
+                    .map_err(AuditError::Start)?,
                 cwd: self.home.clone(),
                 sandbox: None,
             })
@@ -300,7 +301,7 @@ impl Auditor<'_> {
             "op": "audit",
             "task_path": task,
             "profile": cfg.size_profile.as_deref().unwrap_or("auto"),
-            "device": cfg.device,
+            "device": crate::runtime::harness_device(&cfg.device),
             "init_seed": seeds.init,
             "seeds": seeds.trials,
             "tolerance": cfg.tolerance.referee_json(),

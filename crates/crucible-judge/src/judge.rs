@@ -15,9 +15,9 @@ use crucible_result::{
 use serde_json::{Value, json};
 
 use crate::process::{ChannelError, HarnessProcess, Spawn};
-use crate::runtime::{Runtime, hex};
+use crate::runtime::{Runtime, harness_device, harness_env, hex};
 use crate::sandbox::Sandbox;
-use crate::timing::{TimingEvidence, timing_findings};
+use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
 /// defined there are the candidate's own.
@@ -350,48 +350,6 @@ fn candidate_class(name: &str) -> FailureClass {
     }
 }
 
-/// The whole environment of a harness process (referee, candidate or audit), built from
-/// nothing: the caller's own environment never leaks into it.
-pub(crate) fn harness_env(runtime: &Runtime, device: &str, home: &Path) -> Vec<(String, String)> {
-    let mut env = vec![
-        (
-            "PYTHONPATH".to_string(),
-            runtime.harness_root.display().to_string(),
-        ),
-        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-        // The working directory (a scratch directory) is not on sys.path: nothing planted there
-        // is ever imported.
-        ("PYTHONSAFEPATH".into(), "1".into()),
-        ("PYTHONUNBUFFERED".into(), "1".into()),
-        ("HOME".into(), home.display().to_string()),
-        (
-            "TRITON_CACHE_DIR".into(),
-            home.join("triton").display().to_string(),
-        ),
-        ("TMPDIR".into(), home.display().to_string()),
-        ("CRUCIBLE_DEVICE".into(), device.to_string()),
-    ];
-    // Only what the runtimes need to find their libraries and devices; tokens, queue URLs
-    // and the rest of the judge's environment never reach the harness.
-    for key in [
-        "PATH",
-        "LD_LIBRARY_PATH",
-        "CUDA_VISIBLE_DEVICES",
-        "CUDA_HOME",
-        "LANG",
-        "OMP_NUM_THREADS",
-    ] {
-        if let Ok(value) = std::env::var(key) {
-            env.push((key.to_string(), value));
-        }
-    }
-    if device == "cpu" {
-        env.push(("TRITON_INTERPRET".into(), "1".into()));
-        env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
-    }
-    env
-}
-
 /// Evaluates `candidate_src` (read from `candidate_path`) against the task file at `task_path`.
 ///
 /// Never fails: every problem, the judge's own included, becomes a verdict in the result.
@@ -635,20 +593,28 @@ impl Workers {
             .as_ref()
             .map(Sandbox::missing_features)
             .unwrap_or_default();
-        let spawn = |module, dir: &Path, sandbox: Option<Sandbox>| {
+        let referee_env = harness_env(runtime, &cfg.device, referee_dir.path())?;
+        let candidate_env = harness_env(runtime, &cfg.device, candidate_dir.path())?;
+        let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
                 module,
-                env: harness_env(runtime, &cfg.device, dir),
+                env,
                 cwd: dir.to_path_buf(),
                 sandbox,
             })
         };
-        let referee = spawn("crucible_harness.referee", referee_dir.path(), None)
-            .map_err(io("starting the referee"))?;
+        let referee = spawn(
+            "crucible_harness.referee",
+            referee_dir.path(),
+            referee_env,
+            None,
+        )
+        .map_err(io("starting the referee"))?;
         let candidate = spawn(
             "crucible_harness.candidate",
             candidate_dir.path(),
+            candidate_env,
             candidate_sandbox,
         )
         .map_err(io("starting the candidate process"))?;
@@ -762,7 +728,7 @@ fn run_started(
                 "op": "init",
                 "task_path": task_abs,
                 "profile": eval.size_profile,
-                "device": cfg.device,
+                "device": harness_device(&cfg.device),
                 "transport": cfg.transport_name(),
                 "scratch": referee_dir,
                 "init_seed": seeds.init,
@@ -792,7 +758,7 @@ fn run_started(
             json!({
                 "op": "load",
                 "candidate_path": candidate_file,
-                "device": cfg.device,
+                "device": harness_device(&cfg.device),
                 "init_seed": seeds.init,
                 "init_inputs": init,
             }),
@@ -922,22 +888,38 @@ fn run_started(
         let candidate_samples = samples(&timed)?;
         let deliver = json!({"op": "time_deliver", "stage": "timing"});
         let delivered = candidate_call(candidate, "timing", deliver, cfg.limits.timing)?;
+        let witness = outside_forward(candidate, cfg, timing_cfg, phase_wall_s)?;
         Ok((
             reference,
             candidate_samples,
             phase_wall_s,
+            witness,
             prepared["payload"].clone(),
             delivered["problem"].as_str().map(str::to_string),
         ))
     })?;
-    let (reference_reply, candidate_samples, phase_wall_s, payload, timed_problem) = timing;
+    let (reference_reply, candidate_samples, phase_wall_s, witness, payload, timed_problem) =
+        timing;
     let reference = samples(&reference_reply)?;
+    let profiled = eval.stage("profile", |_| {
+        let request = json!({
+            "op": "profile",
+            "stage": "profile",
+            "payload": payload,
+            "forwards": PROFILED_FORWARDS,
+        });
+        candidate_call(candidate, "profile", request, cfg.limits.timing)
+    })?;
+    let profile = build_profile(&profiled);
+    let profiled_busy_ms = profiled["busy_us"]
+        .as_array()
+        .and_then(|busy| busy.iter().filter_map(Value::as_f64).reduce(f64::min))
+        .map(|us| us / 1e3);
     eval.findings.extend(timing_findings(&TimingEvidence {
-        reference: &reference,
-        reference_phase_s: reference_reply["phase_s"].as_f64().unwrap_or(f64::NAN),
         candidate: &candidate_samples,
         candidate_phase_s: phase_wall_s,
-        warmup: timing_cfg.warmup,
+        profiled_busy_ms,
+        outside_forward_ms: witness.map(|(ms, _)| ms),
         io_bytes: reference_reply["io_bytes"].as_f64().unwrap_or(0.0),
         device_name: eval.env.device_name.as_deref().unwrap_or(""),
     }));
@@ -953,17 +935,10 @@ fn run_started(
         warmup: timing_cfg.warmup,
         l2_flush_bytes: timing_cfg.flush_bytes,
         candidate_phase_wall_s: phase_wall_s,
+        profiled_busy_ms,
+        outside_forward_ms: witness.map(|(ms, _)| ms),
+        outside_batch_forwards: witness.map(|(_, count)| count),
     });
-
-    let profiled = eval.stage("profile", |_| {
-        candidate_call(
-            candidate,
-            "profile",
-            json!({"op": "profile", "stage": "profile", "payload": payload}),
-            cfg.limits.timing,
-        )
-    })?;
-    let profile = build_profile(&profiled);
     let coverage = if profile.total_gpu_us > 0.0 {
         profile.candidate_triton_us / profile.total_gpu_us
     } else {
@@ -1009,6 +984,39 @@ fn run_started(
         ));
     }
     Ok(())
+}
+
+/// Profiled forwards per evaluation; the busy-time witness keeps the least.
+const PROFILED_FORWARDS: u32 = 3;
+/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most).
+const OUTSIDE_BATCHES: u32 = 3;
+const OUTSIDE_BATCH_TARGET_MS: f64 = 60.0;
+
+/// The outside witness of one forward's cost (ms) and the batch size it used: batches of
+/// back-to-back forwards on the timed inputs, each timed here around its request, less the
+/// cost of an empty request; the least of several, since host noise only adds time.
+fn outside_forward(
+    candidate: &mut HarnessProcess,
+    cfg: &EvalConfig,
+    timing_cfg: &TimingConfig,
+    phase_wall_s: f64,
+) -> Result<Option<(f64, u32)>, Stop> {
+    let iterations = f64::from(timing_cfg.iters + timing_cfg.warmup);
+    let count = batch_count(phase_wall_s * 1e3 / iterations, OUTSIDE_BATCH_TARGET_MS);
+    let mut least_ms = |count: u32| -> Result<f64, Stop> {
+        let mut least = f64::INFINITY;
+        for _ in 0..OUTSIDE_BATCHES {
+            let request = json!({"op": "time_batch", "stage": "timing", "count": count});
+            let started = Instant::now();
+            candidate_call(candidate, "timing", request, cfg.limits.timing)?;
+            least = least.min(started.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(least)
+    };
+    let empty_ms = least_ms(0)?;
+    let batch_ms = least_ms(count)?;
+    let per_forward = (batch_ms - empty_ms).max(0.0) / f64::from(count);
+    Ok(per_forward.is_finite().then_some((per_forward, count)))
 }
 
 /// The failure for the trial just recorded.

@@ -146,3 +146,128 @@ fn write_harness(cache: &Path) -> Result<PathBuf, RuntimeError> {
     }
     Ok(root)
 }
+
+/// The device name a harness process is told to use. A GPU evaluation sees exactly one GPU, the
+/// requested one, as `cuda:0` (see [`harness_env`]).
+pub(crate) fn harness_device(device: &str) -> &'static str {
+    if device.starts_with("cuda") {
+        "cuda:0"
+    } else {
+        "cpu"
+    }
+}
+
+/// The `CUDA_VISIBLE_DEVICES` entry for `cuda:N`, counted in this process's own view of the GPUs
+/// (`visible` is this process's `CUDA_VISIBLE_DEVICES`, if set): `None` on the CPU.
+pub(crate) fn physical_gpu(device: &str, visible: Option<&str>) -> Result<Option<String>, String> {
+    let Some(rest) = device.strip_prefix("cuda") else {
+        return Ok(None);
+    };
+    let index: usize = match rest.strip_prefix(':') {
+        None if rest.is_empty() => 0,
+        Some(n) => n
+            .parse()
+            .map_err(|_| format!("`{device}` is not a device: use `cpu` or `cuda:N`"))?,
+        None => return Err(format!("`{device}` is not a device: use `cpu` or `cuda:N`")),
+    };
+    match visible {
+        None => Ok(Some(index.to_string())),
+        Some(list) => {
+            let entries: Vec<&str> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .collect();
+            entries
+                .get(index)
+                .map(|e| Some((*e).to_string()))
+                .ok_or_else(|| {
+                    format!(
+                        "`{device}` does not exist: CUDA_VISIBLE_DEVICES={list} shows {} GPU(s)",
+                        entries.len()
+                    )
+                })
+        }
+    }
+}
+
+/// The whole environment of a harness process (referee, candidate or audit), built from
+/// nothing: the caller's own environment never leaks into it.
+///
+/// On a GPU the process sees only the requested GPU (`CUDA_VISIBLE_DEVICES` holds that one
+/// entry) and calls it `cuda:0`. Triton launches on the *current* device, so a process that can
+/// see several GPUs runs a candidate's kernels on `cuda:0` whatever tensor they were given;
+/// with one visible GPU there is nowhere else to launch, and a candidate cannot reach another
+/// tenant's GPU either.
+pub(crate) fn harness_env(
+    runtime: &Runtime,
+    device: &str,
+    home: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    let gpu = physical_gpu(
+        device,
+        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
+    )?;
+    let mut env = vec![
+        (
+            "PYTHONPATH".to_string(),
+            runtime.harness_root.display().to_string(),
+        ),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        // The working directory (a scratch directory) is not on sys.path: nothing planted there
+        // is ever imported.
+        ("PYTHONSAFEPATH".into(), "1".into()),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+        ("HOME".into(), home.display().to_string()),
+        (
+            "TRITON_CACHE_DIR".into(),
+            home.join("triton").display().to_string(),
+        ),
+        ("TMPDIR".into(), home.display().to_string()),
+        ("CRUCIBLE_DEVICE".into(), harness_device(device).to_string()),
+    ];
+    // Only what the runtimes need to find their libraries and devices; tokens, queue URLs
+    // and the rest of the judge's environment never reach the harness.
+    for key in [
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_DEVICE_ORDER",
+        "LANG",
+        "OMP_NUM_THREADS",
+    ] {
+        if let Ok(value) = std::env::var(key) {
+            env.push((key.to_string(), value));
+        }
+    }
+    match gpu {
+        Some(gpu) => env.push(("CUDA_VISIBLE_DEVICES".into(), gpu)),
+        None => {
+            env.push(("TRITON_INTERPRET".into(), "1".into()));
+            env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
+        }
+    }
+    Ok(env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_index_names_one_entry_of_the_visible_list() {
+        assert_eq!(physical_gpu("cpu", None), Ok(None));
+        assert_eq!(physical_gpu("cuda:3", None), Ok(Some("3".into())));
+        assert_eq!(physical_gpu("cuda", None), Ok(Some("0".into())));
+        assert_eq!(physical_gpu("cuda:1", Some("4, 6")), Ok(Some("6".into())));
+        assert_eq!(
+            physical_gpu("cuda:0", Some("GPU-1f2e,GPU-77aa")),
+            Ok(Some("GPU-1f2e".into()))
+        );
+        assert!(physical_gpu("cuda:2", Some("4,6")).is_err());
+        assert!(physical_gpu("cuda:x", None).is_err());
+        assert!(physical_gpu("cudax", None).is_err());
+        assert_eq!(harness_device("cuda:7"), "cuda:0");
+        assert_eq!(harness_device("cpu"), "cpu");
+    }
+}

@@ -1,19 +1,49 @@
-//! Cross-checks of a candidate's own timings against what the judge sees from outside: the wall
-//! time of its timed phase (calibrated by the referee's identical loop) and the memory-bandwidth
-//! floor of the task. The candidate process measures itself; this module decides whether to
-//! believe it. No I/O.
+//! Cross-checks of a candidate's own timings. The candidate process times itself with CUDA events,
+//! and everything inside that process is the candidate's to edit, so its claim is believed only
+//! between two bounds it cannot move by editing its timer:
+//!
+//! - **Upper bound, from outside.** The timed iterations cannot add up to more than the wall time
+//!   this process measured around the whole timed phase.
+//! - **Lower bounds, from two witnesses.** A claimed median below half of either is rejected:
+//!   - the forward's GPU busy time (the union of its kernels' intervals) recorded by the
+//!     profiler's device records (CUPTI) in profiled forwards, the least of several;
+//!   - the outside cost of one forward: this process times requests that run the forward many
+//!     times back to back and synchronize once, and divides (the least of several batches, less
+//!     the cost of an empty request).
+//!
+//! Why an honest kernel of any size passes, by construction: the timed loop synchronizes after
+//! its L2 flush, records the start event, runs the forward, synchronizes the whole device and
+//! then records the end event, so the event window contains every kernel of that forward (its
+//! busy time) and the host time spent launching it. A back-to-back forward costs at most the
+//! larger of its launch time and its GPU time (they overlap there), and runs with a warm L2.
+//! Both witnesses therefore measure at most what an honest window holds; noise on the host only
+//! ever adds time, which is why each witness keeps its minimum and the bound allows a factor of
+//! two. No host cost is ever subtracted from an outside measurement and compared with a small
+//! claim, which is what made tiny honest kernels read as tamperers (a 5 µs kernel inside a
+//! 150 µs loop iteration).
+//!
+//! What is left open: a candidate that also forges the profiler's records and slows down nothing
+//! is bounded only by the back-to-back witness, which is exact up to the launch cost; and a claim
+//! can shrink to half of the witnesses without being caught. Both are recorded in ARCHITECTURE.md.
+//! No I/O.
 
 use crucible_result::{Finding, Severity, Stats};
 
-/// What the judge knows about one timed comparison, from outside the candidate process.
+/// A claimed median below this fraction of a witness is a contradiction.
+pub(crate) const WITNESS_FRACTION: f64 = 0.5;
+
+/// What the judge knows about one timed comparison, from outside the candidate's timer.
 pub(crate) struct TimingEvidence<'a> {
-    pub(crate) reference: &'a [f64],
-    /// Wall time of the referee's timed phase (warm-up plus timed iterations).
-    pub(crate) reference_phase_s: f64,
+    /// The candidate's claimed per-iteration times (ms).
     pub(crate) candidate: &'a [f64],
-    /// Wall time of the candidate's timed phase, measured by this process.
+    /// Wall time of the candidate's timed phase (warm-up plus timed iterations), measured by
+    /// this process around the request.
     pub(crate) candidate_phase_s: f64,
-    pub(crate) warmup: u32,
+    /// Least GPU busy time of one profiled forward (ms), from the profiler's device records.
+    pub(crate) profiled_busy_ms: Option<f64>,
+    /// Least outside cost of one back-to-back forward (ms), measured by this process.
+    pub(crate) outside_forward_ms: Option<f64>,
+    /// Least bytes any implementation moves: every input read and every output written once.
     pub(crate) io_bytes: f64,
     pub(crate) device_name: &'a str,
 }
@@ -35,46 +65,46 @@ fn peak_bandwidth(device_name: &str) -> f64 {
     }
 }
 
-/// Cross-checks the candidate's own event timings against the judge's outside view.
+/// Cross-checks the candidate's own event timings against the bounds above.
 pub(crate) fn timing_findings(t: &TimingEvidence<'_>) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let finding = Finding::new;
-    let sum_ms = |s: &[f64]| s.iter().sum::<f64>();
-    let median = |s: &[f64]| Stats::from_samples(s).map(|s| s.median_ms).unwrap_or(0.0);
-    let claimed_s = sum_ms(t.candidate) / 1e3;
+    let contradiction =
+        |message: String| Finding::new("timing-contradiction", Severity::Reject, message);
+    let claimed_s = t.candidate.iter().sum::<f64>() / 1e3;
     if claimed_s > t.candidate_phase_s {
-        findings.push(finding(
-            "timing-contradiction",
-            Severity::Reject,
-            format!(
-                "the timed iterations claim {claimed_s:.6} s in total, but the judge measured the \
-                 whole timed phase from outside at {:.6} s",
-                t.candidate_phase_s
-            ),
-        ));
+        findings.push(contradiction(format!(
+            "the timed iterations claim {claimed_s:.6} s in total, but the judge measured the \
+             whole timed phase from outside at {:.6} s",
+            t.candidate_phase_s
+        )));
     }
-    // The referee's phase has the same shape (warm-up, flush, forward, sync), so its wall time
-    // minus its own kernel time is the loop's fixed cost. What is left of the candidate's wall
-    // time after that cost, per iteration, is an outside estimate of its forward time.
-    let iterations = (t.candidate.len() as u32 + t.warmup) as f64;
-    let reference_work_s = (sum_ms(t.reference) + f64::from(t.warmup) * median(t.reference)) / 1e3;
-    let loop_cost_s = (t.reference_phase_s - reference_work_s).max(0.0);
-    let outside_ms = (t.candidate_phase_s - loop_cost_s).max(0.0) / iterations * 1e3;
-    let claimed_ms = median(t.candidate);
-    if t.reference_phase_s.is_finite() && outside_ms > 2.0 * claimed_ms + 0.05 {
-        findings.push(finding(
-            "timing-contradiction",
-            Severity::Reject,
-            format!(
+    let claimed_ms = Stats::from_samples(t.candidate)
+        .map(|s| s.median_ms)
+        .unwrap_or(0.0);
+    let witnesses = [
+        (
+            t.profiled_busy_ms,
+            "the profiler's device records show its kernels busy for",
+        ),
+        (
+            t.outside_forward_ms,
+            "run back to back and timed from outside, one forward costs",
+        ),
+    ];
+    for (witness, what) in witnesses {
+        let Some(witness_ms) = witness.filter(|w| w.is_finite() && *w > 0.0) else {
+            continue;
+        };
+        if claimed_ms < WITNESS_FRACTION * witness_ms {
+            findings.push(contradiction(format!(
                 "the candidate's own timer reports a median of {claimed_ms:.4} ms per forward, \
-                 but measured from outside its timed phase takes {outside_ms:.4} ms per \
-                 iteration; do not touch timers, events or streams"
-            ),
-        ));
+                 but {what} {witness_ms:.4} ms; do not touch timers, events or streams"
+            )));
+        }
     }
     let floor_ms = t.io_bytes / peak_bandwidth(t.device_name) * 1e3;
     if claimed_ms < floor_ms {
-        findings.push(finding(
+        findings.push(Finding::new(
             "below-bandwidth-floor",
             Severity::Flag,
             format!(
@@ -86,23 +116,33 @@ pub(crate) fn timing_findings(t: &TimingEvidence<'_>) -> Vec<Finding> {
     findings
 }
 
+/// How many back-to-back forwards make one outside-timed batch of at most about `target_ms`.
+/// `iteration_upper_ms` is the timed phase's wall time per iteration, measured from outside: it
+/// holds a whole loop iteration (flush, events, synchronize) besides the forward, so a batch
+/// never runs longer than the target, whatever the candidate claims.
+pub(crate) fn batch_count(iteration_upper_ms: f64, target_ms: f64) -> u32 {
+    if !(iteration_upper_ms.is_finite() && iteration_upper_ms > 0.0) {
+        return 5;
+    }
+    (target_ms / iteration_upper_ms).ceil().clamp(5.0, 5000.0) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// 100 iterations of 1 ms on each side, 5 warm-ups, and 2 ms of loop cost per iteration
-    /// (flush, sync, Python) on both.
-    fn evidence<'a>(
-        reference: &'a [f64],
-        candidate: &'a [f64],
-        candidate_phase_s: f64,
-    ) -> TimingEvidence<'a> {
+    /// 100 claimed iterations against a phase of `phase_s`, with the two witnesses.
+    fn evidence(
+        claimed: &[f64],
+        phase_s: f64,
+        busy: Option<f64>,
+        outside: Option<f64>,
+    ) -> TimingEvidence<'_> {
         TimingEvidence {
-            reference,
-            reference_phase_s: 0.105 + 0.21,
-            candidate,
-            candidate_phase_s,
-            warmup: 5,
+            candidate: claimed,
+            candidate_phase_s: phase_s,
+            profiled_busy_ms: busy,
+            outside_forward_ms: outside,
             io_bytes: 256e6,
             device_name: "NVIDIA H200",
         }
@@ -115,40 +155,77 @@ mod tests {
     #[test]
     fn honest_timings_raise_nothing() {
         let ms = vec![1.0; 100];
-        assert!(timing_findings(&evidence(&ms, &ms, 0.105 + 0.21)).is_empty());
-        let half = vec![0.5; 100];
-        // Twice as fast, and the outside view agrees.
-        assert!(timing_findings(&evidence(&ms, &half, 0.0525 + 0.21)).is_empty());
+        assert!(timing_findings(&evidence(&ms, 0.3, Some(0.98), Some(0.9))).is_empty());
+    }
+
+    /// The false reject this design removes: a 5 µs kernel whose loop iterations cost 150 µs
+    /// each on the host. The claim (launch plus kernel, 28 µs) is far below the outside cost of
+    /// a timed iteration, and nothing is subtracted from that to compare with it any more.
+    #[test]
+    fn a_tiny_kernel_inside_a_slow_host_loop_is_honest() {
+        let claimed = vec![0.028; 100];
+        let found = timing_findings(&TimingEvidence {
+            io_bytes: 16.0 * 1024.0 * 4.0 * 2.0,
+            ..evidence(&claimed, 105.0 * 0.166e-3, Some(0.005), Some(0.021))
+        });
+        assert!(found.is_empty(), "{found:?}");
     }
 
     #[test]
     fn a_timer_that_reports_a_hundredth_is_a_contradiction() {
-        let ms = vec![1.0; 100];
         let claimed = vec![0.01; 100];
-        let found = timing_findings(&evidence(&ms, &claimed, 0.105 + 0.21));
-        assert!(codes(&found).contains(&"timing-contradiction"), "{found:?}");
-        assert_eq!(found[0].severity, Severity::Reject);
+        for (busy, outside) in [(Some(1.0), None), (None, Some(1.0)), (Some(1.0), Some(1.0))] {
+            let found = timing_findings(&evidence(&claimed, 0.3, busy, outside));
+            assert!(codes(&found).contains(&"timing-contradiction"), "{found:?}");
+            assert_eq!(found[0].severity, Severity::Reject);
+        }
+    }
+
+    #[test]
+    fn halving_a_claim_is_within_the_allowance() {
+        let claimed = vec![0.55; 100];
+        assert!(timing_findings(&evidence(&claimed, 0.3, Some(1.0), Some(1.0))).is_empty());
+        let claimed = vec![0.45; 100];
+        assert_eq!(
+            codes(&timing_findings(&evidence(&claimed, 0.3, Some(1.0), None))),
+            ["timing-contradiction"]
+        );
     }
 
     #[test]
     fn claiming_more_time_than_the_phase_took_is_a_contradiction() {
         let ms = vec![1.0; 100];
-        let found = timing_findings(&evidence(&ms, &ms, 0.05));
-        assert!(codes(&found).contains(&"timing-contradiction"));
+        let found = timing_findings(&evidence(&ms, 0.05, Some(1.0), Some(1.0)));
+        assert_eq!(codes(&found), ["timing-contradiction"]);
+    }
+
+    #[test]
+    fn missing_witnesses_bound_nothing() {
+        let claimed = vec![0.1; 100];
+        assert!(timing_findings(&evidence(&claimed, 0.3, None, Some(f64::NAN))).is_empty());
     }
 
     #[test]
     fn beating_the_bandwidth_floor_is_flagged() {
-        // 256 MB at 4.8 TB/s needs 0.053 ms; claim 0.03 ms, consistently with the wall time.
-        let ms = vec![1.0; 100];
+        // 256 MB at 4.8 TB/s needs 0.053 ms; claim 0.03 ms, consistently with both witnesses.
         let fast = vec![0.03; 100];
-        let found = timing_findings(&evidence(&ms, &fast, 0.00315 + 0.21));
-        assert_eq!(codes(&found), vec!["below-bandwidth-floor"]);
+        let found = timing_findings(&evidence(&fast, 0.2, Some(0.03), Some(0.03)));
+        assert_eq!(codes(&found), ["below-bandwidth-floor"]);
         // An unknown device gets a generous bound (10 TB/s: 0.026 ms here).
         let unknown = TimingEvidence {
             device_name: "Some Future GPU",
-            ..evidence(&ms, &fast, 0.00315 + 0.21)
+            ..evidence(&fast, 0.2, Some(0.03), Some(0.03))
         };
         assert!(timing_findings(&unknown).is_empty());
+    }
+
+    #[test]
+    fn batches_last_at_most_about_the_target() {
+        assert_eq!(batch_count(1.0, 50.0), 50);
+        assert_eq!(batch_count(0.166, 50.0), 302);
+        assert_eq!(batch_count(100.0, 50.0), 5);
+        assert_eq!(batch_count(0.0, 50.0), 5);
+        assert_eq!(batch_count(f64::NAN, 50.0), 5);
+        assert_eq!(batch_count(1e-6, 50.0), 5000);
     }
 }

@@ -237,6 +237,17 @@ pub struct Timing {
     /// Wall time of the candidate's timed phase, measured by the judge from outside the
     /// candidate process.
     pub candidate_phase_wall_s: f64,
+    /// Witness: the least GPU busy time of one profiled forward (the union of its device
+    /// activity intervals), from the profiler's device records. `null` when not profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profiled_busy_ms: Option<f64>,
+    /// Witness: the least outside cost of one forward, from batches of back-to-back forwards
+    /// timed by the judge (less the cost of an empty request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_forward_ms: Option<f64>,
+    /// Forwards per outside-timed batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_batch_forwards: Option<u32>,
 }
 
 /// GPU time of one kernel (by exact name) in the profiled forward.

@@ -2,14 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::{
     EvalConfig, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers,
 };
-use crucible_result::{EvalResult, Verdict};
+use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 
 #[derive(clap::Args)]
 pub struct EvalArgs {
@@ -258,6 +258,10 @@ fn run_batch(
     );
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; pairs.len()]);
+    // Evaluations share the device (read); a retry after an out-of-memory failure runs alone
+    // (write), since the judge, not the candidate, put several evaluations on one device.
+    let device_share = RwLock::new(());
+    let concurrent = jobs > 1 && pairs.len() > 1;
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(pairs.len() as u32) {
             scope.spawn(|| {
@@ -280,15 +284,27 @@ fn run_batch(
                             .ok();
                     }
                     let (task_src, candidate_src) = &sources[index];
-                    let result = crucible_judge::evaluate_with(
-                        runtime,
-                        task,
-                        task_src,
-                        candidate,
-                        candidate_src,
-                        cfg,
-                        current,
-                    );
+                    let evaluate = |prestarted| {
+                        crucible_judge::evaluate_with(
+                            runtime,
+                            task,
+                            task_src,
+                            candidate,
+                            candidate_src,
+                            cfg,
+                            prestarted,
+                        )
+                    };
+                    let shared = device_share.read();
+                    let mut result = evaluate(current);
+                    drop(shared);
+                    if concurrent && oversubscribed(&result) {
+                        let first = result;
+                        let alone = device_share.write();
+                        result = evaluate(None);
+                        drop(alone);
+                        note_retry(&mut result, &first, jobs);
+                    }
                     bar.set_message(format!("{} {}", result.task.name, result.verdict.as_str()));
                     bar.inc(1);
                     if json {
@@ -313,6 +329,36 @@ fn run_batch(
         .into_iter()
         .flatten()
         .collect()
+}
+
+/// A failure that running beside other evaluations on one device can cause: out of memory (the
+/// candidate's or, as `infra_error`, the referee's) or any other fault of the judge.
+fn oversubscribed(result: &EvalResult) -> bool {
+    result.verdict == Verdict::InfraError
+        || result
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.class == FailureClass::OutOfMemory)
+}
+
+/// Says in the retried result why it was retried and what the first attempt got.
+fn note_retry(result: &mut EvalResult, first: &EvalResult, jobs: u32) {
+    let (class, stage) = first
+        .failure
+        .as_ref()
+        .map(|f| (format!("{:?}", f.class), f.stage.as_str()))
+        .unwrap_or_default();
+    result.findings.push(Finding::new(
+        "retried-alone",
+        Severity::Info,
+        format!(
+            "the first attempt ran beside up to {} other evaluations on this device and ended \
+             with {class} in stage `{stage}` (seed {}); this verdict comes from a run alone, so \
+             memory the judge gave to other evaluations is never charged to the candidate",
+            jobs - 1,
+            first.seeds.base
+        ),
+    ));
 }
 
 fn fmt_opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
