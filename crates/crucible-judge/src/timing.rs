@@ -4,7 +4,8 @@
 //!
 //! - **Upper bound, from outside.** The timed iterations cannot add up to more than the wall time
 //!   this process measured around the whole timed phase.
-//! - **Lower bounds, from two witnesses.** A claimed median below half of either is rejected:
+//! - **Lower bounds, from two witnesses.** A claimed median below three quarters of either is
+//!   rejected:
 //!   - the forward's GPU busy time (the union of its kernels' intervals) recorded by the
 //!     profiler's device records (CUPTI) in profiled forwards, the least of several;
 //!   - the outside cost of one forward: this process times requests that run the forward many
@@ -17,20 +18,21 @@
 //! busy time) and the host time spent launching it. A back-to-back forward costs at most the
 //! larger of its launch time and its GPU time (they overlap there), and runs with a warm L2.
 //! Both witnesses therefore measure at most what an honest window holds; noise on the host only
-//! ever adds time, which is why each witness keeps its minimum and the bound allows a factor of
-//! two. No host cost is ever subtracted from an outside measurement and compared with a small
+//! ever adds time, which is why each witness keeps its minimum and the bound leaves a quarter
+//! for what is left (on an H200, honest claims came out at 1.7 to 2.1 times the larger witness,
+//! from 5 µs kernels up to full size). No host cost is ever subtracted from an outside measurement and compared with a small
 //! claim, which is what made tiny honest kernels read as tamperers (a 5 µs kernel inside a
 //! 150 µs loop iteration).
 //!
 //! What is left open: a candidate that also forges the profiler's records and slows down nothing
 //! is bounded only by the back-to-back witness, which is exact up to the launch cost; and a claim
-//! can shrink to half of the witnesses without being caught. Both are recorded in ARCHITECTURE.md.
+//! can shrink to three quarters of the witnesses without being caught. Both are recorded in ARCHITECTURE.md.
 //! No I/O.
 
 use crucible_result::{Finding, Severity, Stats};
 
 /// A claimed median below this fraction of a witness is a contradiction.
-pub(crate) const WITNESS_FRACTION: f64 = 0.5;
+pub(crate) const WITNESS_FRACTION: f64 = 0.75;
 
 /// What the judge knows about one timed comparison, from outside the candidate's timer.
 pub(crate) struct TimingEvidence<'a> {
@@ -182,10 +184,10 @@ mod tests {
     }
 
     #[test]
-    fn halving_a_claim_is_within_the_allowance() {
-        let claimed = vec![0.55; 100];
+    fn a_quarter_off_the_witness_is_within_the_allowance() {
+        let claimed = vec![0.8; 100];
         assert!(timing_findings(&evidence(&claimed, 0.3, Some(1.0), Some(1.0))).is_empty());
-        let claimed = vec![0.45; 100];
+        let claimed = vec![0.7; 100];
         assert_eq!(
             codes(&timing_findings(&evidence(&claimed, 0.3, Some(1.0), None))),
             ["timing-contradiction"]
