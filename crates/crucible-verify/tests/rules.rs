@@ -789,6 +789,65 @@ fn precision_downcast() {
     );
 }
 
+/// A candidate whose kernel `k` loads tiles `a` and `b`, runs `body`, and stores `acc`.
+fn kernel_with(body: &str) -> String {
+    let kernel = format!(
+        "DT16 = tl.float16\n\n\n@triton.jit\ndef k(a_ptr, b_ptr, c_ptr, DT: tl.constexpr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])\n    b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])\n    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)\n{}    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)\n",
+        indent(body, 4)
+    );
+    candidate(
+        &kernel,
+        &format!("{LAUNCH}k[(1,)](x, x, y, DT=tl.float32, BLOCK=16)\nreturn y\n"),
+    )
+}
+
+#[test]
+fn precision_downcast_in_kernels_feeding_dot_or_reductions() {
+    for body in [
+        // The shape that passed as correct with a 5.2x "speedup" on an fp32 matmul.
+        "acc += tl.dot(a.to(tl.float16), b.to(tl.float16))\n",
+        "a16 = a.to(tl.float16)\nb16 = b.to(tl.float16)\nacc = tl.dot(a16, b16, acc)\n",
+        "acc = tl.dot(tl.cast(a, tl.bfloat16), b, acc=acc)\n",
+        "acc = tl.dot(a.to(dtype=tl.float8e4nv), b)\n",
+        "acc = tl.dot(a.to(DT16), b.to(DT16), acc)\n",
+        "dt = tl.bfloat16\nacc = tl.dot(a.to(dt), b, acc)\n",
+        // Through elementwise work and an upcast: the precision is already gone.
+        "h = tl.cast(a, dtype=tl.float16)\ng = tl.exp(h.to(tl.float32) * 2.0)\nacc += tl.sum(g, axis=1)[:, None]\n",
+        "acc += tl.max(a.to(tl.bfloat16), axis=0)[None, :]\n",
+        "acc += a.to(tl.float16).sum(axis=0)[None, :]\n",
+        "acc += tl.cumsum(a.to(tl.float16), axis=1)\n",
+        // Cast late in one iteration, consumed in the next.
+        "p = a\nfor i in range(4):\n    acc = tl.dot(p, b, acc)\n    p = a.to(tl.float16)\n",
+        // Cast in one branch only.
+        "if BLOCK > 16:\n    a = a.to(tl.float16)\nacc = tl.dot(a, b, acc)\n",
+    ] {
+        fires(&kernel_with(body), "precision-downcast");
+    }
+    let found = findings(&kernel_with("acc += tl.dot(a.to(tl.float16), b)\n"));
+    assert!(
+        found.contains(&("precision-downcast".to_string(), Severity::Reject)),
+        "{found:?}"
+    );
+    for body in [
+        // TF32 is how Triton runs an fp32 `tl.dot`; neither keyword is a cast.
+        "acc = tl.dot(a, b, acc, input_precision=\"tf32\")\n",
+        "acc = tl.dot(a, b, acc, allow_tf32=True)\n",
+        "acc = tl.dot(a, b.to(a.dtype), acc)\n",
+        "acc = tl.dot(a.to(tl.float32), b.to(c_ptr.dtype.element_ty), acc)\n",
+        // A dtype the verifier cannot resolve.
+        "acc = tl.dot(a.to(DT), b.to(DT), acc)\n",
+        // Casting a result for the store, not an operand.
+        "acc = tl.dot(a, b, acc)\ntl.store(c_ptr, acc.to(tl.float16))\n",
+        "s = tl.sum(a, axis=1)\ntl.store(c_ptr + offs, (s / BLOCK).to(tl.bfloat16))\n",
+        // The cast value is replaced before the reduction.
+        "a = a.to(tl.float16)\ntl.store(c_ptr, a)\na = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])\nacc += tl.sum(a, axis=0)[None, :]\n",
+        // An integer cast for addressing.
+        "i = offs.to(tl.int64)\nacc += tl.sum(tl.load(a_ptr + i[:, None] * BLOCK + offs[None, :]), axis=0)[None, :]\n",
+    ] {
+        silent(&kernel_with(body), "precision-downcast");
+    }
+}
+
 #[test]
 fn identity_keyed_cache() {
     let cached = format!(
