@@ -689,6 +689,38 @@ fn forbidden_call() {
         &honest("g = self.forward.__globals__\nreturn y\n"),
         "forbidden-call",
     );
+    // Ending or signalling the process, however it is imported.
+    for (prelude, body) in [
+        ("import sys\n", "sys.exit(0)\n"),
+        ("import os\n", "os._exit(0)\n"),
+        ("import os\n", "os.abort()\n"),
+        ("import os\n", "os.kill(os.getpid(), 9)\n"),
+        ("import os\n", "os.killpg(0, 9)\n"),
+        ("from sys import exit as leave\n", "leave(1)\n"),
+        ("from os import _exit\n", "_exit(1)\n"),
+        ("import signal\n", "signal.raise_signal(signal.SIGKILL)\n"),
+        ("", "exit()\n"),
+        ("", "quit(0)\n"),
+    ] {
+        let src = format!("{prelude}{}", honest(&format!("{body}return y\n")));
+        let report = verify(&src, &Policy::default());
+        let line = src.lines().position(|l| l.contains(body.trim())).unwrap() + 1;
+        assert!(
+            report.findings.iter().any(|f| f.code == "forbidden-call"
+                && f.line == Some(line as u32)
+                && f.message.contains("crash")),
+            "{body}: {:#?}",
+            report.findings
+        );
+    }
+    // A method of your own called `exit` is not the builtin.
+    silent(
+        &candidate(
+            "def exit(code):\n    return code\n",
+            &format!("{LAUNCH}exit(0)\nreturn y\n"),
+        ),
+        "forbidden-call",
+    );
     // `getattr` on your own objects is fine.
     silent(
         &honest("eps = getattr(self, 'eps', 1e-5)\nreturn y\n"),
@@ -989,4 +1021,18 @@ fn pathological_inputs_do_not_crash() {
         "B(), ".repeat(3_000)
     );
     verify(&nested_lists, &policy);
+    // Deep expressions and deeply nested loops inside a kernel body.
+    let mut loops = String::from("@triton.jit\ndef k(x_ptr):\n");
+    for depth in 0..90 {
+        loops.push_str(&format!(
+            "{}for i{depth} in range(2):\n",
+            " ".repeat(4 * (depth + 1))
+        ));
+    }
+    loops.push_str(&format!(
+        "{}s = tl.sum(x.to(tl.float16) + {}1)\n",
+        " ".repeat(4 * 91),
+        "1 + ".repeat(5_000)
+    ));
+    verify(&format!("{HEADER}{loops}"), &policy);
 }
