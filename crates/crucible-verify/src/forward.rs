@@ -1,9 +1,11 @@
 //! The forward path: every host function that can run when `ModelNew` is called, found by
 //! following calls from `ModelNew.forward` (and `__call__`) through helper functions, methods,
-//! `self.<submodule>(...)`, `autograd.Function.apply` and custom ops. Each function is walked
-//! once in statement order with a light local inference (is this value a tensor, a layer, a
-//! kernel, a shape?), recording the calls, tensor operators, kernel launches, `try` blocks and
-//! cache lookups that the forward-path rules judge.
+//! `self.<submodule>(...)`, containers of submodules (`nn.Sequential`, `nn.ModuleList`,
+//! `nn.ModuleDict`, lists and tuples, as `attrs` reads them), stored functions,
+//! `autograd.Function.apply` and custom ops. Each function is walked once in statement order
+//! with a light local inference (is this value a tensor, a layer, a kernel, a shape?),
+//! recording the calls, tensor operators, kernel launches, `try` blocks and cache lookups that
+//! the forward-path rules judge, and whether some call could not be resolved.
 
 use ruff_python_ast::visitor::{self, Visitor};
 use ruff_python_ast::{self as ast, CmpOp, Expr, Operator, Stmt, UnaryOp};
@@ -11,9 +13,13 @@ use ruff_text_size::{Ranged, TextRange};
 
 use crate::kernel;
 use crate::semantic::{
-    ClassId, FuncId, Kind, MAX_DEPTH, Semantic, Target, self_attr, self_param, torch_result_kind,
+    ClassId, FuncId, Kind, MAX_DEPTH, Semantic, Target, for_each_block, self_attr, self_param,
+    torch_result_kind,
 };
-use crate::torch_api::{IDENTITY, PERSISTENT, SHAPE, TENSOR_ATTRS, method_result};
+use crate::torch_api::{
+    ALLOWED_METHODS, COMPUTE_METHODS, IDENTITY, PERSISTENT, SHAPE, TENSOR_ATTRS, listed,
+    method_result,
+};
 
 /// At most this many functions are followed from `forward`.
 const MAX_FUNCS: usize = 512;
@@ -102,6 +108,13 @@ pub(crate) struct Forward<'a> {
     /// A `something[grid](...)` call whose `something` could not be resolved (a kernel passed
     /// as an argument, say): every referred kernel then counts as launched.
     pub unresolved_launch: bool,
+    /// A call on the path whose callee could not be resolved (a value from an argument, an
+    /// attribute nothing in the module assigns, `getattr(...)`, a container of unknown
+    /// contents): it may run any code of the module, so every kernel the host code refers to
+    /// may be launched. The judge's run-time `no-triton-launch` check decides those.
+    pub unresolved_call: bool,
+    /// Kernels referred to anywhere in host code; filled only when `unresolved_call` is set.
+    pub host_kernel_refs: Vec<FuncId>,
     /// Classes whose `apply` is called (`torch.autograd.Function`s).
     pub autograd_classes: Vec<ClassId>,
     /// Kernels the `backward` of those classes refers to: used, though not on the forward path.
@@ -146,6 +159,9 @@ impl<'a> Forward<'a> {
                 }
             }
         }
+        if out.unresolved_call {
+            host_kernel_refs(sem, &sem.module.body, &mut out.host_kernel_refs, 0);
+        }
         for &class in &out.autograd_classes {
             if let Some(backward) = sem.find_method(class, "backward") {
                 let refs = kernel::referenced_kernels(sem, &sem.funcs[backward].def.body);
@@ -165,6 +181,7 @@ impl<'a> Forward<'a> {
     pub(crate) fn launches(&self, kernel: FuncId) -> bool {
         self.launched.contains(&kernel)
             || (self.unresolved_launch && self.kernel_refs.contains(&kernel))
+            || (self.unresolved_call && self.host_kernel_refs.contains(&kernel))
     }
 
     /// `ModelNew.forward` for the root, `helper (called from ModelNew.forward)` otherwise.
@@ -178,6 +195,35 @@ impl<'a> Forward<'a> {
         match parent {
             Some(p) => format!("`{label}` (called from `{}`)", sem.func_label(p)),
             None => format!("`{label}`"),
+        }
+    }
+}
+
+/// The kernels that host code refers to (kernel bodies, which refer to device functions, left
+/// out).
+fn host_kernel_refs(sem: &Semantic<'_>, body: &[Stmt], out: &mut Vec<FuncId>, depth: u32) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    for stmt in body {
+        match stmt {
+            Stmt::FunctionDef(def)
+                if sem
+                    .funcs
+                    .iter()
+                    .any(|f| f.kernel && std::ptr::eq(f.def, def)) => {}
+            Stmt::FunctionDef(def) => out.extend(kernel::referenced_kernels(sem, &def.body)),
+            // Module and class level blocks may hold kernel definitions: look inside them.
+            Stmt::ClassDef(_)
+            | Stmt::If(_)
+            | Stmt::For(_)
+            | Stmt::While(_)
+            | Stmt::With(_)
+            | Stmt::Try(_)
+            | Stmt::Match(_) => {
+                for_each_block(stmt, |b| host_kernel_refs(sem, b, out, depth + 1));
+            }
+            _ => out.extend(kernel::referenced_kernels(sem, std::slice::from_ref(stmt))),
         }
     }
 }
@@ -278,11 +324,33 @@ impl<'s, 'a> Walker<'s, 'a> {
         }
     }
 
-    /// Enqueues what running an instance of `class` runs: `forward`, or `__call__`.
-    fn enqueue_call_of(&mut self, class: ClassId) {
+    /// Enqueues what calling an instance of `class` runs: its `forward` or `__call__`. A class
+    /// that defines neither runs what a base class outside the module defines: a PyTorch layer's
+    /// `forward` for a `torch.nn` layer, code the verifier cannot see for anything else.
+    fn run_instance(&mut self, c: &'a ast::ExprCall, class: ClassId, what: &str) {
+        let mut found = false;
         for name in ["forward", "__call__"] {
             if let Some(m) = self.sem.find_method(class, name) {
                 self.enqueue(m);
+                found = true;
+            }
+        }
+        if found {
+            return;
+        }
+        for k in self.sem.class_chain(class) {
+            for base in self.sem.classes[k].def.bases() {
+                if matches!(base, Expr::Name(n) if self.sem.module_class(n.id.as_str()).is_some()) {
+                    continue;
+                }
+                match self.sem.qualname(base) {
+                    Some(q) if q == "torch.nn.Module" || q == "object" => {}
+                    Some(q) if matches!(torch_result_kind(&q), Kind::Layer(_)) => {
+                        let short = q.strip_prefix("torch.").unwrap_or(&q);
+                        self.record(c, Callee::Layer(format!("`{what}` ({short})")));
+                    }
+                    _ => self.out.unresolved_call = true,
+                }
             }
         }
     }
@@ -479,12 +547,26 @@ impl<'s, 'a> Walker<'s, 'a> {
     fn iter_elem(&mut self, iter: &'a Expr) -> Val {
         if let Expr::Call(call) = iter
             && let Expr::Name(n) = &*call.func
-            && n.id.as_str() == "enumerate"
-            && self.lookup("enumerate").is_none()
-            && let [arg] = &*call.arguments.args
+            && self.lookup(n.id.as_str()).is_none()
+            && !self.sem.is_bound(n.id.as_str())
+            && call.arguments.keywords.is_empty()
         {
-            let inner = self.iter_elem(arg);
-            return Val::of(Kind::List(Box::new(inner.kind)));
+            match (n.id.as_str(), &*call.arguments.args) {
+                ("enumerate", [arg]) => {
+                    let inner = self.iter_elem(arg);
+                    return Val::of(Kind::List(Box::new(inner.kind)));
+                }
+                ("reversed", [arg]) => return self.iter_elem(arg),
+                // `zip(self.layers, self.norms)`: each name may be any of the elements.
+                ("zip", args) if !args.is_empty() => {
+                    let mut joined = Kind::OneOf(Vec::new());
+                    for arg in args {
+                        joined = joined.join(self.iter_elem(arg).kind);
+                    }
+                    return Val::of(Kind::List(Box::new(joined)));
+                }
+                _ => {}
+            }
         }
         let v = self.expr(iter);
         match v.kind {
@@ -492,8 +574,7 @@ impl<'s, 'a> Walker<'s, 'a> {
                 kind: *inner,
                 taint: v.taint,
             },
-            Kind::Tensor => Val::of(Kind::Tensor),
-            _ => Val::unknown(),
+            other => Val::of(other.elem()),
         }
     }
 
@@ -533,7 +614,11 @@ impl<'s, 'a> Walker<'s, 'a> {
                         kind: Kind::Other,
                         taint: v.taint,
                     },
-                    Kind::List(inner) => Val::of(*inner),
+                    // `self.layers[1:]` is a container again.
+                    kind @ Kind::List(_) if matches!(&*s.slice, Expr::Slice(_)) => Val::of(kind),
+                    kind @ (Kind::List(_) | Kind::OneOf(_) | Kind::Layer(_)) => {
+                        Val::of(kind.elem())
+                    }
                     _ => Val::unknown(),
                 }
             }
@@ -573,12 +658,15 @@ impl<'s, 'a> Walker<'s, 'a> {
             }
             Expr::Compare(c) => self.compare(c),
             Expr::BoolOp(b) => {
-                let mut out = Val::unknown();
+                let mut out: Option<Val> = None;
                 for v in &b.values {
                     let v = self.expr(v);
-                    out = merge(out, v);
+                    out = Some(match out {
+                        Some(prev) => merge(prev, v),
+                        None => v,
+                    });
                 }
-                out
+                out.unwrap_or_else(Val::unknown)
             }
             Expr::If(i) => {
                 self.expr(&i.test);
@@ -662,19 +750,33 @@ impl<'s, 'a> Walker<'s, 'a> {
     fn sequence(&mut self, elts: &'a [Expr]) -> Val {
         let mut taint = 0;
         let mut all_other = true;
-        let mut first = None;
+        let mut elems: Option<Kind> = None;
         for e in elts {
-            let v = self.expr(e);
+            let v = match e {
+                // `[*self.blocks, self.head]`
+                Expr::Starred(s) => {
+                    let v = self.expr(&s.value);
+                    Val {
+                        kind: v.kind.elem(),
+                        taint: v.taint,
+                    }
+                }
+                other => self.expr(other),
+            };
             taint |= v.taint;
             all_other &= v.kind == Kind::Other;
-            if first.is_none() {
-                first = Some(v.kind);
-            }
+            // The first element says what the elements are, unless they are modules or
+            // functions: a call through an element may then run any of them.
+            elems = Some(match elems {
+                None => v.kind,
+                Some(prev) if prev.runs_code() || v.kind.runs_code() => prev.join(v.kind),
+                Some(prev) => prev,
+            });
         }
         let kind = if all_other {
             Kind::Other
         } else {
-            Kind::List(Box::new(first.unwrap_or(Kind::Unknown)))
+            Kind::List(Box::new(elems.unwrap_or(Kind::Unknown)))
         };
         Val { kind, taint }
     }
@@ -730,7 +832,23 @@ impl<'s, 'a> Walker<'s, 'a> {
             return Val::of(Kind::Qual(q));
         }
         let v = self.expr(&a.value);
+        self.attr_of(v, attr)
+    }
+
+    /// `.attr` of a value.
+    fn attr_of(&mut self, v: Val, attr: &str) -> Val {
         match v.kind {
+            Kind::OneOf(members) if !members.is_empty() => {
+                let mut out: Option<Val> = None;
+                for member in members {
+                    let val = self.attr_of(Val::of(member), attr);
+                    out = Some(match out {
+                        Some(prev) => merge(prev, val),
+                        None => val,
+                    });
+                }
+                out.unwrap_or_else(Val::unknown)
+            }
             Kind::Tensor => {
                 if TENSOR_ATTRS.contains(&attr) {
                     Val::of(Kind::Tensor)
@@ -979,7 +1097,13 @@ impl<'s, 'a> Walker<'s, 'a> {
                     "isinstance" | "callable" | "hasattr" | "print" | "repr" | "format" => {
                         Val::of(Kind::Other)
                     }
-                    _ => Val::unknown(),
+                    _ => {
+                        if !runs_no_module_code(id) {
+                            // `map(layer, xs)`, a name bound somewhere the verifier does not look.
+                            self.out.unresolved_call = true;
+                        }
+                        Val::unknown()
+                    }
                 }
             }
             Expr::Attribute(a) => self.method_call(c, a),
@@ -990,15 +1114,47 @@ impl<'s, 'a> Walker<'s, 'a> {
         }
     }
 
-    /// `kernel[grid](...)`.
+    /// `kernel[grid](...)`, or `self.layers[i](...)` / `self.heads[name](...)`.
     fn launch(&mut self, c: &'a ast::ExprCall, sub: &'a ast::ExprSubscript) -> Val {
         let before = self.out.kernel_refs.len();
         let v = self.expr(&sub.value);
         self.expr(&sub.slice);
-        let launched: Vec<FuncId> = self.out.kernel_refs[before..].to_vec();
+        let mut launched: Vec<FuncId> = self.out.kernel_refs[before..].to_vec();
         if launched.is_empty() {
-            if !matches!(v.kind, Kind::Tensor | Kind::Other | Kind::Dict) {
-                self.out.unresolved_launch = true;
+            // `self.kernels[i][grid](...)`: one of the kernels of a list.
+            match &v.kind {
+                Kind::Kernel(k) => launched.push(*k),
+                Kind::OneOf(members) if members.iter().all(|m| matches!(m, Kind::Kernel(_))) => {
+                    launched.extend(members.iter().filter_map(|m| match m {
+                        Kind::Kernel(k) => Some(*k),
+                        _ => None,
+                    }));
+                }
+                _ => {}
+            }
+        }
+        if launched.is_empty() {
+            match v.kind {
+                // An element of a container of modules, called.
+                kind @ (Kind::List(_) | Kind::OneOf(_) | Kind::Layer(_)) => {
+                    let elem = if matches!(&*sub.slice, Expr::Slice(_)) {
+                        kind
+                    } else {
+                        kind.elem()
+                    };
+                    let what = match &*sub.value {
+                        Expr::Attribute(a) => format!("self.{}[...]", a.attr.id),
+                        _ => "an element".to_string(),
+                    };
+                    return self.call_value(c, elem, &what);
+                }
+                Kind::Tensor | Kind::Other => {}
+                // A function looked up in a dict: anything.
+                Kind::Dict => self.out.unresolved_call = true,
+                _ => {
+                    self.out.unresolved_launch = true;
+                    self.out.unresolved_call = true;
+                }
             }
         } else {
             self.out.launched.extend(launched);
@@ -1010,41 +1166,64 @@ impl<'s, 'a> Walker<'s, 'a> {
 
     /// Calling a value of a known kind: a layer, a local instance, a function, a class.
     fn call_value(&mut self, c: &'a ast::ExprCall, kind: Kind, what: &str) -> Val {
+        if let Kind::Qual(q) = kind {
+            return self.qual_call(c, q);
+        }
+        let kind = self.invoke(c, kind, what);
+        self.args(c);
+        Val::of(kind)
+    }
+
+    /// Records what calling a value of `kind` runs (its arguments aside) and returns the kind of
+    /// the result.
+    fn invoke(&mut self, c: &'a ast::ExprCall, kind: Kind, what: &str) -> Kind {
         match kind {
             Kind::Layer(q) => {
                 let short = q.strip_prefix("torch.").unwrap_or(&q);
                 self.record(c, Callee::Layer(format!("`{what}` ({short})")));
-                self.args(c);
-                Val::of(Kind::Tensor)
+                Kind::Tensor
             }
             Kind::Instance(class) => {
-                self.enqueue_call_of(class);
-                self.args(c);
-                Val::unknown()
+                self.run_instance(c, class, what);
+                Kind::Unknown
             }
-            Kind::List(inner) => match *inner {
-                Kind::Layer(_) | Kind::Instance(_) => self.call_value(c, *inner, what),
-                _ => {
-                    self.args(c);
-                    Val::unknown()
+            // Calling an `nn.Sequential` runs each of its modules; an element of a list runs
+            // what the element is.
+            Kind::List(inner) => self.invoke(c, *inner, what),
+            Kind::OneOf(members) => {
+                if members.is_empty() {
+                    self.out.unresolved_call = true;
                 }
-            },
+                let mut result: Option<Kind> = None;
+                for member in members {
+                    let kind = self.invoke(c, member, what);
+                    result = Some(match result {
+                        Some(prev) if prev != kind => Kind::Unknown,
+                        _ => kind,
+                    });
+                }
+                result.unwrap_or(Kind::Unknown)
+            }
             Kind::Func(f) => {
                 self.enqueue(f);
-                self.args(c);
-                Val::of(self.func_return_kind(f))
+                self.func_return_kind(f)
             }
             Kind::Class(class) => {
                 if let Some(init) = self.sem.find_method(class, "__init__") {
                     self.enqueue(init);
                 }
-                self.args(c);
-                Val::of(Kind::Instance(class))
+                Kind::Instance(class)
             }
-            Kind::Qual(q) => self.qual_call(c, q),
-            _ => {
-                self.args(c);
-                Val::unknown()
+            Kind::Qual(q) => {
+                let kind = torch_result_kind(&q);
+                self.record(c, Callee::Qual(q));
+                kind
+            }
+            // Calling a tensor, a number or a kernel without a grid launches nothing (it fails).
+            Kind::Tensor | Kind::Other | Kind::Kernel(_) => Kind::Unknown,
+            Kind::Unknown | Kind::Dict => {
+                self.out.unresolved_call = true;
+                Kind::Unknown
             }
         }
     }
@@ -1057,7 +1236,17 @@ impl<'s, 'a> Walker<'s, 'a> {
             self.args(c);
             return Val::of(Kind::Tensor);
         }
-        let (taint, _) = self.args(c);
+        let (taint, vals) = self.args(c);
+        for v in vals {
+            match v.kind {
+                // `checkpoint(self.block, x)`, `torch.func.functional_call(self.block, ...)`: the
+                // library calls the module.
+                Kind::Instance(class) => self.run_instance(c, class, "a module passed on"),
+                // A library function given a kernel may launch it.
+                Kind::Kernel(_) => self.out.unresolved_launch = true,
+                _ => {}
+            }
+        }
         let kind = torch_result_kind(&q);
         let taint = if kind == Kind::Tensor { 0 } else { taint };
         self.record(c, Callee::Qual(q));
@@ -1077,6 +1266,9 @@ impl<'s, 'a> Walker<'s, 'a> {
                     .find_map(|&b| self.sem.find_method(b, attr))
                 {
                     self.enqueue(m);
+                } else if attr != "__init__" {
+                    // A method of a base class outside the module.
+                    self.out.unresolved_call = true;
                 }
             }
             self.args(c);
@@ -1101,6 +1293,11 @@ impl<'s, 'a> Walker<'s, 'a> {
                     return Val::of(Kind::Tensor);
                 }
                 let member = self.member(class, attr);
+                if member.kind == Kind::Unknown && NN_MODULE_METHODS.contains(&attr) {
+                    // `self.parameters()`, `self.children()`: `nn.Module` plumbing.
+                    self.args(c);
+                    return Val::unknown();
+                }
                 let is_self =
                     matches!(&*a.value, Expr::Name(n) if Some(n.id.as_str()) == self.this);
                 let what = if is_self {
@@ -1109,6 +1306,15 @@ impl<'s, 'a> Walker<'s, 'a> {
                     format!(".{attr}")
                 };
                 self.call_value(c, member.kind, &what)
+            }
+            Kind::OneOf(members) => {
+                self.method_on_members(c, attr, members);
+                self.args(c);
+                Val::unknown()
+            }
+            Kind::List(inner) if matches!(attr, "forward" | "__call__") => {
+                let what = format!(".{attr}");
+                self.call_value(c, Kind::List(inner), &what)
             }
             Kind::Layer(q) => {
                 if matches!(attr, "forward" | "__call__" | "_conv_forward") {
@@ -1122,11 +1328,34 @@ impl<'s, 'a> Walker<'s, 'a> {
                 }
             }
             Kind::Qual(q) => self.qual_call(c, format!("{q}.{attr}")),
+            Kind::Kernel(k) if attr == "run" => {
+                // `kernel.run(..., grid=...)`: the launch `kernel[grid](...)` makes.
+                self.out.launched.push(k);
+                self.out.launch_funcs.push(self.func);
+                self.args(c);
+                Val::unknown()
+            }
             Kind::Func(_) | Kind::Kernel(_) => {
                 self.args(c);
                 Val::unknown()
             }
             kind => {
+                if kind == Kind::Unknown && !is_known_method(attr) {
+                    // `helper.run(x)` on a value the walk knows nothing about.
+                    self.out.unresolved_call = true;
+                }
+                let container = match &kind {
+                    Kind::List(inner) => match attr {
+                        "values" | "children" | "modules" => Some(kind.clone()),
+                        // `for name, layer in self.heads.items()` binds both names to the
+                        // element kind, which is harmless for the name.
+                        "items" | "named_children" | "named_modules" => {
+                            Some(Kind::List(Box::new(Kind::List(inner.clone()))))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
                 let recv_tensor = kind == Kind::Tensor;
                 if matches!(
                     attr,
@@ -1144,6 +1373,9 @@ impl<'s, 'a> Walker<'s, 'a> {
                     },
                 );
                 let (arg_taint, _) = self.args(c);
+                if let Some(kind) = container {
+                    return Val::of(kind);
+                }
                 let (kind, taint) = method_result(attr, recv_tensor);
                 let taint = if kind == Kind::Tensor {
                     0
@@ -1154,6 +1386,105 @@ impl<'s, 'a> Walker<'s, 'a> {
             }
         }
     }
+}
+
+impl<'a> Walker<'_, 'a> {
+    /// `value.attr(...)` where the value is one of `members`: what each of them runs.
+    fn method_on_members(&mut self, c: &'a ast::ExprCall, attr: &str, members: Vec<Kind>) {
+        if members.is_empty() {
+            self.out.unresolved_call = true;
+        }
+        let runs = matches!(attr, "forward" | "__call__");
+        let what = format!(".{attr}");
+        for member in members {
+            match member {
+                Kind::Instance(class) | Kind::Class(class) => {
+                    let kind = self.member(class, attr).kind;
+                    if !(kind == Kind::Unknown && NN_MODULE_METHODS.contains(&attr)) {
+                        self.invoke(c, kind, &what);
+                    }
+                }
+                Kind::Layer(_) | Kind::List(_) if runs => {
+                    self.invoke(c, member, &what);
+                }
+                Kind::Unknown if !is_known_method(attr) => self.out.unresolved_call = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// `nn.Module` methods that do not run `forward`: calling one of them on a module of the file
+/// that does not define it is resolved.
+const NN_MODULE_METHODS: &[&str] = &[
+    "add_module",
+    "apply",
+    "bfloat16",
+    "buffers",
+    "children",
+    "cpu",
+    "cuda",
+    "double",
+    "eval",
+    "extra_repr",
+    "float",
+    "get_buffer",
+    "get_parameter",
+    "get_submodule",
+    "half",
+    "load_state_dict",
+    "modules",
+    "named_buffers",
+    "named_children",
+    "named_modules",
+    "named_parameters",
+    "parameters",
+    "register_buffer",
+    "register_module",
+    "register_parameter",
+    "requires_grad_",
+    "state_dict",
+    "to",
+    "train",
+    "type",
+    "zero_grad",
+];
+
+/// Methods of tensors, lists, dicts and strings: a call of one on a value of unknown kind is
+/// taken to be one of those and to run no code of the module.
+fn is_known_method(name: &str) -> bool {
+    listed(ALLOWED_METHODS, name)
+        || listed(COMPUTE_METHODS, name)
+        || method_result(name, false).0 != Kind::Unknown
+        || matches!(
+            name,
+            "append"
+                | "clear"
+                | "copy"
+                | "count"
+                | "decode"
+                | "encode"
+                | "endswith"
+                | "extend"
+                | "format"
+                | "get"
+                | "index"
+                | "insert"
+                | "items"
+                | "join"
+                | "keys"
+                | "lower"
+                | "pop"
+                | "remove"
+                | "replace"
+                | "setdefault"
+                | "split"
+                | "startswith"
+                | "strip"
+                | "update"
+                | "upper"
+                | "values"
+        )
 }
 
 /// Python builtins the walk gives a meaning to (never resolved through a star import).
@@ -1193,10 +1524,45 @@ fn is_builtin(id: &str) -> bool {
     )
 }
 
+/// Builtins (and builtin exception types) that never call back into the module's code, so a
+/// call of one is resolved. `map`, `filter`, `functools.reduce` and the like are not here: they
+/// call what they are given.
+fn runs_no_module_code(id: &str) -> bool {
+    is_builtin(id)
+        || matches!(
+            id,
+            "all"
+                | "any"
+                | "bin"
+                | "bytearray"
+                | "bytes"
+                | "chr"
+                | "complex"
+                | "dir"
+                | "frozenset"
+                | "hex"
+                | "issubclass"
+                | "iter"
+                | "next"
+                | "object"
+                | "oct"
+                | "ord"
+                | "reversed"
+                | "slice"
+                | "sum"
+        )
+        || id.ends_with("Error")
+        || id.ends_with("Exception")
+        || id.ends_with("Warning")
+        || id == "StopIteration"
+}
+
 /// The more informative of two values (for `a if c else b`, `a or b`).
 fn merge(a: Val, b: Val) -> Val {
     let taint = a.taint | b.taint;
     let kind = match (&a.kind, &b.kind) {
+        // `self.fast if ok else self.slow`: a call through it may run either.
+        (x, y) if x.runs_code() || y.runs_code() => a.kind.join(b.kind),
         (Kind::Unknown, _) => b.kind,
         (Kind::Other, k) if *k != Kind::Unknown => b.kind,
         _ => a.kind,

@@ -9,6 +9,7 @@
 //!
 //! Architecture invariant: this crate does no I/O except [`Policy::from_file`].
 
+mod attrs;
 mod checker;
 mod docs;
 mod facts;

@@ -46,17 +46,101 @@ pub(crate) enum Kind {
     Class(ClassId),
     Func(FuncId),
     Kernel(FuncId),
-    /// A list, tuple or `nn.ModuleList` whose elements have this kind.
+    /// A list, tuple, `nn.ModuleList`, `nn.Sequential` or `nn.ModuleDict` whose elements have
+    /// this kind.
     List(Box<Kind>),
+    /// One of several kinds: the elements of a container of mixed modules, or an attribute
+    /// bound to different things on different paths. Empty while nothing is known (the
+    /// elements of a container built empty); it then says no more than [`Kind::Unknown`].
+    OneOf(Vec<Kind>),
 }
 
 impl Kind {
     /// How much a binding says; a later binding replaces an earlier one only if it says more.
-    fn rank(&self) -> u8 {
+    pub(crate) fn rank(&self) -> u8 {
         match self {
             Kind::Unknown => 0,
+            Kind::OneOf(members) if members.is_empty() => 0,
             Kind::Other => 1,
             _ => 2,
+        }
+    }
+
+    /// The elements of a container nothing has been put in yet.
+    pub(crate) fn empty_list() -> Kind {
+        Kind::List(Box::new(Kind::OneOf(Vec::new())))
+    }
+
+    /// Whether calling a value of this kind can run code of the module (or a PyTorch layer).
+    pub(crate) fn runs_code(&self) -> bool {
+        matches!(
+            self,
+            Kind::Instance(_)
+                | Kind::Layer(_)
+                | Kind::Func(_)
+                | Kind::Kernel(_)
+                | Kind::Class(_)
+                | Kind::List(_)
+                | Kind::OneOf(_)
+        )
+    }
+
+    /// What a value bound to `self` on one path and to `other` on another may be. Callable
+    /// kinds are kept side by side, so that a call through the value follows every one of them
+    /// (and an unknown one among them keeps the call unresolved); for plain values the binding
+    /// that says more wins.
+    pub(crate) fn join(self, other: Kind) -> Kind {
+        if self == other {
+            return self;
+        }
+        match (self, other) {
+            (Kind::OneOf(members), other) if members.is_empty() => other,
+            (this, Kind::OneOf(members)) if members.is_empty() => this,
+            (Kind::List(a), Kind::List(b)) => Kind::List(Box::new(a.join(*b))),
+            (a, b) if a.runs_code() || b.runs_code() => {
+                let mut members: Vec<Kind> = Vec::new();
+                for kind in [a, b] {
+                    let parts = match kind {
+                        Kind::OneOf(parts) => parts,
+                        // `None` (or a number) beside a module: not callable, nothing to follow.
+                        Kind::Other => Vec::new(),
+                        other => vec![other],
+                    };
+                    for part in parts {
+                        if !members.contains(&part) {
+                            members.push(part);
+                        }
+                    }
+                }
+                if members.len() == 1 {
+                    members.pop().unwrap_or(Kind::Unknown)
+                } else {
+                    Kind::OneOf(members)
+                }
+            }
+            (a, b) => {
+                if b.rank() > a.rank() {
+                    b
+                } else {
+                    a
+                }
+            }
+        }
+    }
+
+    /// The kind of the elements of an iterable of this kind.
+    pub(crate) fn elem(&self) -> Kind {
+        match self {
+            Kind::List(inner) => (**inner).clone(),
+            // Iterating an `nn.Sequential` of PyTorch layers gives PyTorch layers.
+            Kind::Layer(q) if q == "torch.nn.Sequential" => self.clone(),
+            Kind::OneOf(members) if !members.is_empty() => members
+                .iter()
+                .map(Kind::elem)
+                .reduce(Kind::join)
+                .unwrap_or(Kind::Unknown),
+            Kind::Tensor => Kind::Tensor,
+            _ => Kind::Unknown,
         }
     }
 }
@@ -407,126 +491,6 @@ impl<'a> Semantic<'a> {
         }
     }
 
-    /// Records what each `self.X = ...` of a class's methods (and each class-body binding) holds.
-    fn collect_attrs(&mut self, class: ClassId) {
-        let mut attrs: Vec<(&'a str, Kind)> = Vec::new();
-        let def = self.classes[class].def;
-        for stmt in &def.body {
-            if let Stmt::Assign(assign) = stmt {
-                for target in &assign.targets {
-                    if let Expr::Name(n) = target {
-                        merge_attr(&mut attrs, n.id.as_str(), self.static_kind(&assign.value));
-                    }
-                }
-            }
-        }
-        let methods = self.classes[class].methods.clone();
-        for method in methods {
-            let def = self.funcs[method].def;
-            let Some(this) = self_param(def) else {
-                continue;
-            };
-            walk_stmts(&def.body, &mut |stmt| match stmt {
-                Stmt::Assign(assign) => {
-                    for target in &assign.targets {
-                        if let Some(attr) = self_attr(target, this) {
-                            merge_attr(&mut attrs, attr, self.static_kind(&assign.value));
-                        }
-                    }
-                }
-                Stmt::AnnAssign(assign) => {
-                    if let (Some(attr), Some(value)) =
-                        (self_attr(&assign.target, this), &assign.value)
-                    {
-                        merge_attr(&mut attrs, attr, self.static_kind(value));
-                    }
-                }
-                Stmt::Expr(e) => {
-                    if let Expr::Call(call) = &*e.value
-                        && let Expr::Attribute(func) = &*call.func
-                        && matches!(&*func.value, Expr::Name(n) if n.id.as_str() == this)
-                        && matches!(
-                            func.attr.id.as_str(),
-                            "register_buffer" | "register_parameter"
-                        )
-                        && let Some(name) = call.arguments.args.first().and_then(string_literal)
-                    {
-                        merge_attr(&mut attrs, name, Kind::Tensor);
-                    }
-                }
-                _ => {}
-            });
-        }
-        self.classes[class].attrs = attrs;
-    }
-
-    /// The kind of an expression bound to an attribute, judged without any local context.
-    pub(crate) fn static_kind(&self, e: &Expr) -> Kind {
-        match e {
-            Expr::Call(call) => {
-                if let Expr::Name(n) = &*call.func {
-                    match self.module_class(n.id.as_str()) {
-                        Some(c) => return Kind::Instance(c),
-                        // The reference model, imported or assumed: a PyTorch module.
-                        None if n.id.as_str() == "Model" => {
-                            return Kind::Layer("Model".to_string());
-                        }
-                        None => {}
-                    }
-                }
-                if self.is_dict_constructor(e) {
-                    return Kind::Dict;
-                }
-                let Some(q) = self.qualname(&call.func) else {
-                    return Kind::Unknown;
-                };
-                match q.as_str() {
-                    "torch.nn.ModuleList" | "torch.nn.Sequential" | "torch.nn.ParameterList" => {
-                        let elem = call
-                            .arguments
-                            .args
-                            .first()
-                            .map(|a| match self.static_kind(a) {
-                                Kind::List(inner) => *inner,
-                                other => other,
-                            })
-                            .unwrap_or(Kind::Unknown);
-                        match (q.as_str(), &elem) {
-                            ("torch.nn.Sequential", Kind::Layer(_)) => Kind::Layer(q),
-                            ("torch.nn.ParameterList", _) => Kind::List(Box::new(Kind::Tensor)),
-                            _ => Kind::List(Box::new(elem)),
-                        }
-                    }
-                    _ => torch_result_kind(&q),
-                }
-            }
-            Expr::Name(n) => self.name_kind(n.id.as_str()),
-            Expr::Attribute(_) => self.qualname(e).map_or(Kind::Unknown, Kind::Qual),
-            Expr::If(i) => {
-                let (body, orelse) = (self.static_kind(&i.body), self.static_kind(&i.orelse));
-                if orelse.rank() > body.rank() {
-                    orelse
-                } else {
-                    body
-                }
-            }
-            Expr::Dict(_) | Expr::DictComp(_) => Kind::Dict,
-            Expr::List(l) => Kind::List(Box::new(
-                l.elts
-                    .first()
-                    .map(|e| self.static_kind(e))
-                    .unwrap_or(Kind::Unknown),
-            )),
-            Expr::ListComp(l) => Kind::List(Box::new(self.static_kind(&l.elt))),
-            Expr::NumberLiteral(_)
-            | Expr::StringLiteral(_)
-            | Expr::BooleanLiteral(_)
-            | Expr::NoneLiteral(_)
-            | Expr::Tuple(_) => Kind::Other,
-            _ => Kind::Unknown,
-        }
-    }
-
     /// The kind of a bare name with no local binding in scope.
     pub(crate) fn name_kind(&self, name: &str) -> Kind {
         if let Some(k) = self.kernel_named(name) {
@@ -726,18 +690,6 @@ impl<'a> Semantic<'a> {
             }
         }
         None
-    }
-}
-
-/// Replaces the recorded kind of `name` when `kind` says more than what is recorded.
-fn merge_attr<'a>(attrs: &mut Vec<(&'a str, Kind)>, name: &'a str, kind: Kind) {
-    match attrs.iter_mut().find(|(n, _)| *n == name) {
-        Some(slot) => {
-            if kind.rank() > slot.1.rank() {
-                slot.1 = kind;
-            }
-        }
-        None => attrs.push((name, kind)),
     }
 }
 

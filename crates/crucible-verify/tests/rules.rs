@@ -175,6 +175,284 @@ fn no_kernel_launch() {
     silent(&sub, "no-kernel-launch");
 }
 
+/// Module-level code for the submodule tests: for each shape that can hold work, a version that
+/// launches `relu_kernel` and one that does not.
+const HOLDERS: &str = "\
+def relu_launch(x):
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def no_launch(x):
+    return x.clone()
+
+
+class ReluModule(nn.Module):
+    def forward(self, x):
+        return relu_launch(x)
+
+
+class NoKernelModule(nn.Module):
+    def forward(self, x):
+        return x.clone()
+
+
+class ReluCallable:
+    def __call__(self, x):
+        return relu_launch(x)
+
+
+class NoKernelCallable:
+    def __call__(self, x):
+        return x.clone()
+
+
+class Outer(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class OuterRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = ReluModule()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class OuterNoKernel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = NoKernelModule()
+
+    def forward(self, x):
+        return self.inner(x)
+";
+
+/// A candidate with [`HOLDERS`] whose `ModelNew.__init__(self, op=None)` runs `init` and whose
+/// `forward` runs `forward`.
+fn holder_model(init: &str, forward: &str) -> String {
+    format!(
+        "import functools\n{HEADER}{KERNEL}{HOLDERS}\n\nclass ModelNew(nn.Module):\n    def __init__(self, op=None):\n        super().__init__()\n{}\n    def forward(self, x):\n{}",
+        indent(init, 8),
+        indent(forward, 8)
+    )
+}
+
+/// `(what, __init__ body, forward body)`; `{M}` is a module class, `{F}` a function, `{C}` a
+/// plain class with `__call__`, `{O}` a module holding an `{M}`.
+const HOLDER_SHAPES: &[(&str, &str, &str)] = &[
+    (
+        "nn.Sequential",
+        "self.net = nn.Sequential({M}(), {M}())\n",
+        "return self.net(x)\n",
+    ),
+    (
+        "nn.Sequential(*comprehension)",
+        "self.net = nn.Sequential(*[{M}() for _ in range(3)])\n",
+        "return self.net(x)\n",
+    ),
+    (
+        "nn.Sequential(*local list built in a loop)",
+        "layers = []\nfor _ in range(3):\n    layers.append({M}())\nlayers += [{M}()]\nself.net = nn.Sequential(*layers)\n",
+        "return self.net(x)\n",
+    ),
+    (
+        "nn.ModuleList iterated",
+        "self.layers = nn.ModuleList([{M}() for _ in range(3)])\n",
+        "for layer in self.layers:\n    x = layer(x)\nreturn x\n",
+    ),
+    (
+        "nn.ModuleList appended to, indexed",
+        "self.layers = nn.ModuleList()\nfor _ in range(3):\n    self.layers.append({M}())\n",
+        "for i in range(len(self.layers)):\n    x = self.layers[i](x)\nreturn x\n",
+    ),
+    (
+        "nn.ModuleDict by key",
+        "self.heads = nn.ModuleDict({'a': {M}(), 'b': {M}()})\n",
+        "return self.heads['a'](x)\n",
+    ),
+    (
+        "nn.ModuleDict items",
+        "self.heads = nn.ModuleDict()\nself.heads['a'] = {M}()\n",
+        "for name, head in self.heads.items():\n    x = head(x)\nreturn x\n",
+    ),
+    (
+        "attribute module",
+        "self.block = {M}()\n",
+        "return self.block(x)\n",
+    ),
+    (
+        "module inside a module",
+        "self.block = {O}()\n",
+        "return self.block(x)\n",
+    ),
+    ("stored function", "self.op = {F}\n", "return self.op(x)\n"),
+    (
+        "stored functools.partial",
+        "self.op = functools.partial({F})\n",
+        "return self.op(x)\n",
+    ),
+    (
+        "stored callable object",
+        "self.op = {C}()\n",
+        "return self.op(x)\n",
+    ),
+    ("helper function", "pass\n", "return {F}(x)\n"),
+    (
+        "tuple of modules",
+        "self.pair = ({M}(), {M}())\n",
+        "for m in self.pair:\n    x = m(x)\nreturn x\n",
+    ),
+];
+
+fn holder_shape(init: &str, forward: &str, launching: bool) -> String {
+    let fill = |s: &str| {
+        let (m, f, c, o) = if launching {
+            ("ReluModule", "relu_launch", "ReluCallable", "OuterRelu")
+        } else {
+            (
+                "NoKernelModule",
+                "no_launch",
+                "NoKernelCallable",
+                "OuterNoKernel",
+            )
+        };
+        s.replace("{M}", m)
+            .replace("{F}", f)
+            .replace("{C}", c)
+            .replace("{O}", o)
+    };
+    holder_model(&fill(init), &fill(forward))
+}
+
+#[test]
+fn no_kernel_launch_follows_submodules_containers_and_stored_callables() {
+    for &(what, init, forward) in HOLDER_SHAPES {
+        let launching = holder_shape(init, forward, true);
+        let found = findings(&launching);
+        assert!(
+            found.is_empty(),
+            "{what}: the launching version is not clean: {found:?}\n{launching}"
+        );
+        // Every path is resolved and none launches: rejected, under every preset.
+        let idle = holder_shape(init, forward, false);
+        for preset in crucible_verify::PRESETS {
+            let report = verify(&idle, &Policy::preset(preset).unwrap());
+            assert!(
+                report
+                    .findings
+                    .iter()
+                    .any(|f| f.code == "no-kernel-launch" && f.severity >= Severity::Flag),
+                "{what}: no `no-kernel-launch` under {preset}: {:?}\n{idle}",
+                report.findings
+            );
+        }
+    }
+}
+
+#[test]
+fn no_kernel_launch_leaves_unresolved_calls_to_the_runtime_check() {
+    for (init, forward) in [
+        // A callable given to the constructor.
+        ("self.op = op\n", "return self.op(x)\n"),
+        // An attribute nothing in the file assigns.
+        ("pass\n", "return self.impl(x)\n"),
+        // Looked up by name.
+        ("pass\n", "return getattr(self, 'layer_' + str(0))(x)\n"),
+        // Built by a function whose result is not followed.
+        (
+            "self.layers = nn.ModuleList(op.build())\n",
+            "for layer in self.layers:\n    x = layer(x)\nreturn x\n",
+        ),
+        // A container of which one element is unknown.
+        (
+            "self.net = nn.Sequential(NoKernelModule(), op)\n",
+            "return self.net(x)\n",
+        ),
+        // A function from a dict.
+        (
+            "self.table = {'relu': relu_launch}\n",
+            "return self.table['relu'](x)\n",
+        ),
+        // A method of an unknown value.
+        ("pass\n", "return op.run(x)\n"),
+        // A module given to a module's constructor.
+        (
+            "self.block = Outer(NoKernelModule())\n",
+            "return self.block(x)\n",
+        ),
+        // A callable passed through a parameter of a helper.
+        ("pass\n", "return (lambda f: f(x))(op)\n"),
+    ] {
+        let src = holder_model(init, forward);
+        silent(&src, "no-kernel-launch");
+    }
+    // A kernel picked from a tuple of kernels is launched.
+    let table = holder_model(
+        "self.kernels = (relu_kernel, relu_kernel)\n",
+        "y = torch.empty_like(x)\nself.kernels[0][(1,)](x, y, x.numel(), BLOCK=1024)\nreturn y\n",
+    );
+    assert!(findings(&table).is_empty(), "{:?}", findings(&table));
+    // Unresolved, but no host code refers to any kernel: nothing can launch one.
+    let src = format!(
+        "{HEADER}{KERNEL}class ModelNew(nn.Module):\n    def __init__(self, op=None):\n        super().__init__()\n        self.op = op\n\n    def forward(self, x):\n        return self.op(x)\n"
+    );
+    fires(&src, "no-kernel-launch");
+}
+
+#[test]
+fn torch_compute_in_submodules_is_on_the_forward_path() {
+    let torch_gelu = "class TorchGelu(nn.Module):\n    def forward(self, x):\n        return torch.nn.functional.gelu(x)\n";
+    for (init, forward) in [
+        (
+            "self.net = nn.Sequential(ReluModule(), TorchGelu())\n",
+            "return self.net(x)\n",
+        ),
+        (
+            "self.net = nn.Sequential(ReluModule(), nn.GELU())\n",
+            "return self.net(x)\n",
+        ),
+        (
+            "layers = [ReluModule()]\nlayers.append(TorchGelu())\nself.layers = nn.ModuleList(layers)\n",
+            "for layer in self.layers:\n    x = layer(x)\nreturn x\n",
+        ),
+        (
+            "self.heads = nn.ModuleDict({'a': ReluModule(), 'b': nn.Linear(8, 8)})\n",
+            "return self.heads['b'](x)\n",
+        ),
+        (
+            "if op:\n    self.act = ReluModule()\nelse:\n    self.act = TorchGelu()\n",
+            "return self.act(x)\n",
+        ),
+        (
+            "self.block = OuterRelu()\nself.post = TorchGelu()\n",
+            "return self.post(self.block(x))\n",
+        ),
+    ] {
+        let src = holder_model(init, forward)
+            .replace("class Outer(", &format!("{torch_gelu}\n\nclass Outer("));
+        fires(&src, "torch-compute-in-forward");
+        silent(&src, "no-kernel-launch");
+    }
+    // A subclass of a PyTorch layer that keeps its `forward` runs PyTorch.
+    let sub = holder_model(
+        "self.fc = MyLinear(8, 8)\n",
+        "return relu_launch(self.fc(x))\n",
+    )
+    .replace(
+        "class Outer(",
+        "class MyLinear(nn.Linear):\n    pass\n\n\nclass Outer(",
+    );
+    fires(&sub, "torch-compute-in-forward");
+}
+
 #[test]
 fn unused_kernel() {
     let extra = "@triton.jit\ndef old_kernel(x_ptr, n, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), 0.0)\n";
@@ -189,6 +467,18 @@ fn unused_kernel() {
     let launch_k2 = "k2[(1,)](x, x.numel(), BLOCK=1024)\n";
     silent(
         &candidate(device, &format!("{LAUNCH}{launch_k2}return y\n")),
+        "unused-kernel",
+    );
+    // Beside a call the verifier cannot resolve, a kernel that host code refers to may be the
+    // one it launches; a kernel nothing refers to is still dead.
+    let referenced =
+        format!("{extra}\n\ndef clear(x):\n    old_kernel[(1,)](x, x.numel(), BLOCK=1024)\n");
+    let unresolved = format!("{LAUNCH}self.post(y)\nreturn y\n");
+    silent(&candidate(&referenced, &unresolved), "unused-kernel");
+    fires(&candidate(extra, &unresolved), "unused-kernel");
+    // Without the unresolved call, the helper that refers to it is not on the path.
+    fires(
+        &candidate(&referenced, &format!("{LAUNCH}return y\n")),
         "unused-kernel",
     );
 }
@@ -399,6 +689,38 @@ fn forbidden_call() {
         &honest("g = self.forward.__globals__\nreturn y\n"),
         "forbidden-call",
     );
+    // Ending or signalling the process, however it is imported.
+    for (prelude, body) in [
+        ("import sys\n", "sys.exit(0)\n"),
+        ("import os\n", "os._exit(0)\n"),
+        ("import os\n", "os.abort()\n"),
+        ("import os\n", "os.kill(os.getpid(), 9)\n"),
+        ("import os\n", "os.killpg(0, 9)\n"),
+        ("from sys import exit as leave\n", "leave(1)\n"),
+        ("from os import _exit\n", "_exit(1)\n"),
+        ("import signal\n", "signal.raise_signal(signal.SIGKILL)\n"),
+        ("", "exit()\n"),
+        ("", "quit(0)\n"),
+    ] {
+        let src = format!("{prelude}{}", honest(&format!("{body}return y\n")));
+        let report = verify(&src, &Policy::default());
+        let line = src.lines().position(|l| l.contains(body.trim())).unwrap() + 1;
+        assert!(
+            report.findings.iter().any(|f| f.code == "forbidden-call"
+                && f.line == Some(line as u32)
+                && f.message.contains("crash")),
+            "{body}: {:#?}",
+            report.findings
+        );
+    }
+    // A method of your own called `exit` is not the builtin.
+    silent(
+        &candidate(
+            "def exit(code):\n    return code\n",
+            &format!("{LAUNCH}exit(0)\nreturn y\n"),
+        ),
+        "forbidden-call",
+    );
     // `getattr` on your own objects is fine.
     silent(
         &honest("eps = getattr(self, 'eps', 1e-5)\nreturn y\n"),
@@ -497,6 +819,65 @@ fn precision_downcast() {
         ),
         "precision-downcast",
     );
+}
+
+/// A candidate whose kernel `k` loads tiles `a` and `b`, runs `body`, and stores `acc`.
+fn kernel_with(body: &str) -> String {
+    let kernel = format!(
+        "DT16 = tl.float16\n\n\n@triton.jit\ndef k(a_ptr, b_ptr, c_ptr, DT: tl.constexpr, BLOCK: tl.constexpr):\n    offs = tl.arange(0, BLOCK)\n    a = tl.load(a_ptr + offs[:, None] * BLOCK + offs[None, :])\n    b = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])\n    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)\n{}    tl.store(c_ptr + offs[:, None] * BLOCK + offs[None, :], acc)\n",
+        indent(body, 4)
+    );
+    candidate(
+        &kernel,
+        &format!("{LAUNCH}k[(1,)](x, x, y, DT=tl.float32, BLOCK=16)\nreturn y\n"),
+    )
+}
+
+#[test]
+fn precision_downcast_in_kernels_feeding_dot_or_reductions() {
+    for body in [
+        // The shape that passed as correct with a 5.2x "speedup" on an fp32 matmul.
+        "acc += tl.dot(a.to(tl.float16), b.to(tl.float16))\n",
+        "a16 = a.to(tl.float16)\nb16 = b.to(tl.float16)\nacc = tl.dot(a16, b16, acc)\n",
+        "acc = tl.dot(tl.cast(a, tl.bfloat16), b, acc=acc)\n",
+        "acc = tl.dot(a.to(dtype=tl.float8e4nv), b)\n",
+        "acc = tl.dot(a.to(DT16), b.to(DT16), acc)\n",
+        "dt = tl.bfloat16\nacc = tl.dot(a.to(dt), b, acc)\n",
+        // Through elementwise work and an upcast: the precision is already gone.
+        "h = tl.cast(a, dtype=tl.float16)\ng = tl.exp(h.to(tl.float32) * 2.0)\nacc += tl.sum(g, axis=1)[:, None]\n",
+        "acc += tl.max(a.to(tl.bfloat16), axis=0)[None, :]\n",
+        "acc += a.to(tl.float16).sum(axis=0)[None, :]\n",
+        "acc += tl.cumsum(a.to(tl.float16), axis=1)\n",
+        // Cast late in one iteration, consumed in the next.
+        "p = a\nfor i in range(4):\n    acc = tl.dot(p, b, acc)\n    p = a.to(tl.float16)\n",
+        // Cast in one branch only.
+        "if BLOCK > 16:\n    a = a.to(tl.float16)\nacc = tl.dot(a, b, acc)\n",
+    ] {
+        fires(&kernel_with(body), "precision-downcast");
+    }
+    let found = findings(&kernel_with("acc += tl.dot(a.to(tl.float16), b)\n"));
+    assert!(
+        found.contains(&("precision-downcast".to_string(), Severity::Reject)),
+        "{found:?}"
+    );
+    for body in [
+        // TF32 is how Triton runs an fp32 `tl.dot`; neither keyword is a cast.
+        "acc = tl.dot(a, b, acc, input_precision=\"tf32\")\n",
+        "acc = tl.dot(a, b, acc, allow_tf32=True)\n",
+        "acc = tl.dot(a, b.to(a.dtype), acc)\n",
+        "acc = tl.dot(a.to(tl.float32), b.to(c_ptr.dtype.element_ty), acc)\n",
+        // A dtype the verifier cannot resolve.
+        "acc = tl.dot(a.to(DT), b.to(DT), acc)\n",
+        // Casting a result for the store, not an operand.
+        "acc = tl.dot(a, b, acc)\ntl.store(c_ptr, acc.to(tl.float16))\n",
+        "s = tl.sum(a, axis=1)\ntl.store(c_ptr + offs, (s / BLOCK).to(tl.bfloat16))\n",
+        // The cast value is replaced before the reduction.
+        "a = a.to(tl.float16)\ntl.store(c_ptr, a)\na = tl.load(b_ptr + offs[:, None] * BLOCK + offs[None, :])\nacc += tl.sum(a, axis=0)[None, :]\n",
+        // An integer cast for addressing.
+        "i = offs.to(tl.int64)\nacc += tl.sum(tl.load(a_ptr + i[:, None] * BLOCK + offs[None, :]), axis=0)[None, :]\n",
+    ] {
+        silent(&kernel_with(body), "precision-downcast");
+    }
 }
 
 #[test]
@@ -632,4 +1013,26 @@ fn pathological_inputs_do_not_crash() {
         "class ModelNew:\n    def forward(self, x):\n        return 'é' + x\n",
         &policy,
     );
+    // Deeply nested containers and very wide ones stored on `self`.
+    let nested_lists = format!(
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        self.x = {}B(){}\n        self.y = nn.Sequential({})\n\n    def forward(self, x):\n        return self.y(self.x[0](x))\n\n\nclass B(nn.Module):\n    pass\n",
+        "[".repeat(3_000),
+        "]".repeat(3_000),
+        "B(), ".repeat(3_000)
+    );
+    verify(&nested_lists, &policy);
+    // Deep expressions and deeply nested loops inside a kernel body.
+    let mut loops = String::from("@triton.jit\ndef k(x_ptr):\n");
+    for depth in 0..90 {
+        loops.push_str(&format!(
+            "{}for i{depth} in range(2):\n",
+            " ".repeat(4 * (depth + 1))
+        ));
+    }
+    loops.push_str(&format!(
+        "{}s = tl.sum(x.to(tl.float16) + {}1)\n",
+        " ".repeat(4 * 91),
+        "1 + ".repeat(5_000)
+    ));
+    verify(&format!("{HEADER}{loops}"), &policy);
 }

@@ -11,14 +11,18 @@ declare_rule! {
     /// Reports calls and references that execute code dynamically or reach outside the
     /// kernel: `exec`, `eval`, `compile`, `__import__`, `globals()`, `vars()`, `breakpoint()`,
     /// `input()`; `getattr` on a module (which hides what is called); members of forbidden
-    /// modules (`os.system`, `os.exec*`, `os.fork`, `os.kill`, `sys._getframe`, `sys.settrace`,
-    /// `sys.modules`, `ctypes.*`, `torch.utils.cpp_extension.load_inline`, ...); and frame and
+    /// modules (`os.system`, `os.exec*`, `os.fork`, `sys._getframe`, `sys.settrace`,
+    /// `sys.modules`, `ctypes.*`, `torch.utils.cpp_extension.load_inline`, ...); frame and
     /// code attributes (`f_back`, `f_locals`, `f_globals`, `__globals__`, `__code__`,
-    /// `__closure__`, `__builtins__`, `__subclasses__`).
+    /// `__closure__`, `__builtins__`, `__subclasses__`); and anything that ends or signals the
+    /// process: `sys.exit`, `os._exit`, `os.abort`, `os.kill`, `os.killpg`,
+    /// `signal.raise_signal`, `signal.pthread_kill`, and the `exit()` / `quit()` builtins.
     ///
     /// ## Why is this bad?
     /// Dynamic code hides what runs from every other check, and frame access reads the judge's
-    /// state (for instance the expected outputs) from the calling frames.
+    /// state (for instance the expected outputs) from the calling frames. A solution that ends
+    /// its own process returns no output: the judge records the run as `crashed`, and this
+    /// finding says why before anything runs.
     ///
     /// ## Example
     /// ```python
@@ -35,12 +39,23 @@ declare_rule! {
     /// ```
     pub(crate) const FORBIDDEN_CALL = {
         code: "forbidden-call",
-        summary: "Calls `exec`/`eval`/`getattr(module, ...)`, process or frame APIs.",
+        summary: "Calls `exec`/`eval`/`getattr(module, ...)`, process or frame APIs, or ends the process (`sys.exit`, `os._exit`, `os.kill`, ...).",
         strict: Reject,
         kernelbench: Flag,
         lenient: Reject,
     };
 }
+
+/// Members that end or signal the running process.
+const PROCESS_EXITS: &[&str] = &[
+    "os._exit",
+    "os.abort",
+    "os.kill",
+    "os.killpg",
+    "signal.pthread_kill",
+    "signal.raise_signal",
+    "sys.exit",
+];
 
 const FRAME_ATTRS: &[&str] = &[
     "f_back",
@@ -66,6 +81,16 @@ pub(crate) fn check(cx: &mut Checker<'_, '_>) {
             "__import__" => "imports a module dynamically",
             "globals" | "vars" | "locals" => "reaches variables by name at run time",
             "breakpoint" | "input" => "waits for interactive input",
+            "exit" | "quit" => {
+                found.push((
+                    call.range().start(),
+                    format!(
+                        "`{name}()` ends the candidate process, so the judge gets no output and \
+                         records a crash. Return the output tensor from `forward` instead."
+                    ),
+                ));
+                continue;
+            }
             "getattr" => {
                 let Some(first) = call.arguments.args.first() else {
                     continue;
@@ -86,6 +111,17 @@ pub(crate) fn check(cx: &mut Checker<'_, '_>) {
         ));
     }
     for r in &cx.facts.refs {
+        if PROCESS_EXITS.contains(&r.qual.as_str()) {
+            found.push((
+                r.range.start(),
+                format!(
+                    "`{}` ends or signals the candidate process, so the judge gets no output and \
+                     records a crash. Return the output tensor from `forward` instead.",
+                    r.qual
+                ),
+            ));
+            continue;
+        }
         let why = if r.qual == "sys.modules" || r.qual.starts_with("sys.modules.") {
             Some("reaches (and can replace) loaded modules")
         } else {

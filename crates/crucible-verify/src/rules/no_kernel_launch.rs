@@ -8,6 +8,19 @@ declare_rule! {
     /// from `ModelNew.forward`: in `forward` itself, or in a helper function, a method, a
     /// submodule's `forward`, an `autograd.Function` or a custom op that it calls.
     ///
+    /// Submodules are found through what the methods of the file's classes store on `self`: an
+    /// instance of a class of the file (`self.block = Block()`, whose `forward` or `__call__`
+    /// then runs), `nn.Sequential`, `nn.ModuleList` and `nn.ModuleDict` of them (from literals,
+    /// comprehensions, `*` unpacking, or `append` / `extend` / item assignment in a loop), a
+    /// function of the file or a `functools.partial` of one. Calls through them are followed
+    /// transitively (`for layer in self.layers: x = layer(x)`, `self.heads[name](x)`).
+    ///
+    /// The rule reports only when every call on those paths is resolved. A call it cannot
+    /// resolve (a module or function passed in as an argument, an attribute nothing in the file
+    /// assigns, `getattr`, a container filled by code it does not follow) might launch any
+    /// kernel that host code refers to, so it is left to the judge's run-time check
+    /// (`no-triton-launch`: the run must launch one of the file's kernels).
+    ///
     /// ## Why is this bad?
     /// A kernel that is defined but never launched does no work; the outputs then come from
     /// somewhere else, usually PyTorch.

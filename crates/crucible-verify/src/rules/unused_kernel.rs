@@ -5,7 +5,9 @@ use crate::checker::Checker;
 declare_rule! {
     /// ## What it does
     /// Reports a `@triton.jit` function that is neither launched on the forward path nor
-    /// called from a kernel that is.
+    /// called from a kernel that is. When a call on the path cannot be resolved (see
+    /// `no-kernel-launch`), a kernel that host code refers to may be the one it launches, and
+    /// only kernels nothing refers to are reported.
     ///
     /// ## Why is this bad?
     /// Dead kernels make a solution look like more of it runs in Triton than does, and they
