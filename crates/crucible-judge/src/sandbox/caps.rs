@@ -135,3 +135,99 @@ pub(super) unsafe fn become_user(uid: u32) -> io::Result<()> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::layer_probe;
+    use linux_raw_sys::general::CAP_SYS_ADMIN;
+
+    /// The capability sets of the calling process, from /proc/self/status.
+    fn capability_sets() -> Vec<(String, u64)> {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        status
+            .lines()
+            .filter_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                let name = name.strip_prefix("Cap")?;
+                Some((
+                    name.to_string(),
+                    u64::from_str_radix(value.trim(), 16).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    fn run_probe(case: &str, confine: impl FnMut() -> io::Result<()> + Send + Sync + 'static) {
+        let name = "sandbox::caps::tests::probe_credentials";
+        let judge = std::process::id().to_string();
+        let output = layer_probe::run(
+            name,
+            &[("CASE", case.to_string()), ("JUDGE", judge)],
+            confine,
+        );
+        layer_probe::assert_passed(name, &output);
+    }
+
+    #[test]
+    fn a_candidate_at_uid_0_has_no_capability() {
+        // SAFETY: drop_all makes raw system calls only, in the forked child.
+        run_probe("none", || unsafe { drop_all() });
+    }
+
+    #[test]
+    fn a_candidate_with_its_own_user_keeps_only_dac_override() {
+        // SAFETY: become_user makes raw system calls only, in the forked child.
+        run_probe("own-user", || unsafe { become_user(own_uid()) });
+    }
+
+    #[test]
+    fn no_candidate_gets_cap_sys_ptrace_back() {
+        run_probe("no-ptrace", drop_ptrace);
+    }
+
+    #[test]
+    #[ignore = "a probe: run confined by the tests above"]
+    fn probe_credentials() {
+        if !layer_probe::in_probe() {
+            return;
+        }
+        let case = std::env::var("CASE").expect("CASE");
+        let sets = capability_sets();
+        assert_eq!(sets.len(), 5, "{sets:?}");
+        // SAFETY: getuid and getpid have no preconditions.
+        let (uid, pid) = unsafe { (libc::getuid(), libc::getpid()) };
+        let judge: libc::pid_t = std::env::var("JUDGE").unwrap().parse().unwrap();
+        // SAFETY: signal 0 only checks whether the judge may be signalled.
+        let signal_judge = unsafe { libc::kill(judge, 0) };
+        let ptrace = 1u64 << CAP_SYS_PTRACE;
+        match case.as_str() {
+            "none" => {
+                assert_eq!(uid, 0);
+                for (name, bits) in &sets {
+                    assert_eq!(*bits, 0, "Cap{name} is not empty: {sets:?}");
+                }
+            }
+            "own-user" => {
+                assert_eq!(uid, UID_BASE + pid as u32);
+                // Every set, the bounding and ambient ones included, holds it and nothing else.
+                let dac_override = 1u64 << CAP_DAC_OVERRIDE;
+                for (name, bits) in &sets {
+                    assert_eq!(*bits, dac_override, "Cap{name}: {sets:?}");
+                }
+                // No CAP_KILL and another user: the root judge cannot be signalled.
+                assert_eq!(signal_judge, -1);
+                assert_eq!(errno(), libc::EPERM);
+            }
+            "no-ptrace" => {
+                assert_eq!(uid, 0);
+                let get = |n: &str| sets.iter().find(|(name, _)| name == n).unwrap().1;
+                assert_eq!(get("Bnd") & ptrace, 0, "{sets:?}");
+                assert_eq!(get("Eff") & ptrace, 0, "{sets:?}");
+                // Only CAP_SYS_PTRACE went: root still has CAP_SYS_ADMIN, for instance.
+                assert_ne!(get("Eff") & (1 << CAP_SYS_ADMIN), 0, "{sets:?}");
+            }
+            other => panic!("unknown case {other}"),
+        }
+    }
+}

@@ -140,3 +140,68 @@ pub(super) fn join(procs: &CStr) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::layer_probe;
+
+    const LIMIT: u64 = 16;
+
+    /// A fork loop as uid 0, which `RLIMIT_NPROC` would not stop, stops at the cgroup's limit.
+    #[test]
+    fn the_pids_cgroup_stops_a_fork_loop() {
+        let Some(cgroup) = PidsCgroup::create(LIMIT).expect("create the pids cgroup") else {
+            eprintln!(
+                "SKIPPED the_pids_cgroup_stops_a_fork_loop: this host has no writable v1 pids \
+                 cgroup (/sys/fs/cgroup/pids)"
+            );
+            return;
+        };
+        let procs = cgroup.procs_path().expect("cgroup.procs path");
+        let name = "sandbox::cgroup::tests::probe_fork_loop";
+        let output = layer_probe::run(name, &[], move || join(&procs));
+        layer_probe::assert_passed(name, &output);
+        drop(cgroup);
+    }
+
+    #[test]
+    #[ignore = "a probe: run confined by the_pids_cgroup_stops_a_fork_loop"]
+    fn probe_fork_loop() {
+        if !layer_probe::in_probe() {
+            return;
+        }
+        let mut children = Vec::new();
+        let mut refused = None;
+        for _ in 0..4 * LIMIT {
+            // SAFETY: the child only waits for its SIGKILL (async-signal-safe calls).
+            let pid = unsafe { libc::fork() };
+            match pid {
+                0 => loop {
+                    // SAFETY: pause has no preconditions.
+                    unsafe { libc::pause() };
+                },
+                -1 => {
+                    refused = Some(io::Error::last_os_error());
+                    break;
+                }
+                child => children.push(child),
+            }
+        }
+        for child in &children {
+            // SAFETY: killing and reaping this probe's own children.
+            unsafe {
+                libc::kill(*child, libc::SIGKILL);
+                libc::waitpid(*child, std::ptr::null_mut(), 0);
+            }
+        }
+        let refused = refused.expect("fork never failed");
+        assert_eq!(refused.raw_os_error(), Some(libc::EAGAIN), "{refused}");
+        // The probe and its threads count too.
+        assert!(
+            (children.len() as u64) < LIMIT && !children.is_empty(),
+            "forked {} children under a limit of {LIMIT} tasks",
+            children.len()
+        );
+    }
+}

@@ -542,3 +542,61 @@ mod tests {
         );
     }
 }
+
+/// Runs a probe (an ignored test of this test binary) in a fresh process under one layer, for
+/// the per-layer tests in each module: the layer is applied between fork and exec exactly as
+/// `Confinement::enter` applies it, and the probe then tries what the layer must refuse.
+#[cfg(test)]
+pub(crate) mod layer_probe {
+    use std::io;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Output};
+
+    /// Set in a probe's environment: outside `run`, a probe does nothing.
+    const PROBE_ENV: &str = "CRUCIBLE_SANDBOX_LAYER_PROBE";
+
+    /// Whether this process is a probe started by `run` (and not `cargo test -- --ignored`).
+    pub(crate) fn in_probe() -> bool {
+        std::env::var_os(PROBE_ENV).is_some()
+    }
+
+    /// Starts the ignored test `name` (its full path, `sandbox::seccomp::tests::probe_...`) in
+    /// a child that `confine` confines between fork and exec, with `env` added.
+    ///
+    /// `confine` runs between fork and exec of the multithreaded test process: it may only make
+    /// async-signal-safe calls, like `Confinement::enter`.
+    pub(crate) fn run(
+        name: &str,
+        env: &[(&str, String)],
+        confine: impl FnMut() -> io::Result<()> + Send + Sync + 'static,
+    ) -> Output {
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut command = Command::new(exe);
+        command
+            .args([
+                "--exact",
+                name,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PROBE_ENV, "1")
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: the caller's contract: `confine` is async-signal-safe.
+        unsafe {
+            command.pre_exec(confine);
+        }
+        command.output().expect("start the probe")
+    }
+
+    /// The probe ran (a filtered-out probe would pass vacuously) and passed.
+    pub(crate) fn assert_passed(name: &str, output: &Output) {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "probe {name}: {}\n{stdout}\n{stderr}",
+            output.status
+        );
+    }
+}

@@ -222,3 +222,140 @@ unsafe fn close_all_but(keep: libc::c_int) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::layer_probe;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn pid_namespace_supported() -> bool {
+        if !crate::sandbox::support().pid_namespace {
+            eprintln!("SKIPPED: this host cannot make a PID namespace with a private /proc");
+            return false;
+        }
+        true
+    }
+
+    /// The candidate is init's child in a namespace of its own: it sees neither the judge nor
+    /// any other process, has no network but a downed loopback, no System V IPC of the host's,
+    /// and an empty /run.
+    #[test]
+    fn the_candidate_sees_only_its_own_namespaces() {
+        if !pid_namespace_supported() {
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
+        listener.set_nonblocking(true).unwrap();
+        let key = 0x4352_0000 | (std::process::id() as libc::key_t & 0xffff);
+        // SAFETY: a plain System V call; the queue is removed below.
+        let queue = unsafe { libc::msgget(key, libc::IPC_CREAT | 0o600) };
+        assert!(queue >= 0, "msgget: {}", io::Error::last_os_error());
+        let name = "sandbox::pid::tests::probe_namespaces";
+        let output = layer_probe::run(
+            name,
+            &[
+                ("JUDGE", std::process::id().to_string()),
+                ("PORT", listener.local_addr().unwrap().port().to_string()),
+                ("IPC_KEY", key.to_string()),
+            ],
+            // SAFETY: `enter` makes raw system calls only.
+            || unsafe { enter(libc::CLONE_NEWNET | libc::CLONE_NEWIPC, None) },
+        );
+        // SAFETY: removes the queue made above.
+        unsafe { libc::msgctl(queue, libc::IPC_RMID, std::ptr::null_mut()) };
+        layer_probe::assert_passed(name, &output);
+        let accepted = listener.accept();
+        assert!(
+            accepted
+                .as_ref()
+                .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock),
+            "{accepted:?}"
+        );
+    }
+
+    #[test]
+    #[ignore = "a probe: run confined by the_candidate_sees_only_its_own_namespaces"]
+    fn probe_namespaces() {
+        if !layer_probe::in_probe() {
+            return;
+        }
+        let var = |name: &str| std::env::var(name).expect(name);
+        // SAFETY: getpid and getppid have no preconditions.
+        let (pid, parent) = unsafe { (libc::getpid(), libc::getppid()) };
+        assert_eq!((pid, parent), (2, 1), "the candidate is init's first child");
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        pids.sort();
+        assert_eq!(pids, [1, 2], "only init and the candidate are visible");
+        let judge: libc::pid_t = var("JUDGE").parse().unwrap();
+        // SAFETY: signal 0 only checks whether the process exists and may be signalled.
+        let rc = unsafe { libc::kill(judge, 0) };
+        assert_eq!(
+            (rc, errno()),
+            (-1, libc::ESRCH),
+            "the judge is out of reach"
+        );
+        if std::path::Path::new("/run").exists() {
+            let entries = std::fs::read_dir("/run").expect("/run").count();
+            assert_eq!(entries, 0, "/run is an empty tmpfs");
+        }
+        let devices = std::fs::read_to_string("/proc/self/net/dev").expect("net/dev");
+        let interfaces: Vec<&str> = devices
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next())
+            .map(str::trim)
+            .collect();
+        assert_eq!(interfaces, ["lo"], "{devices}");
+        let port: u16 = var("PORT").parse().unwrap();
+        let connected = std::net::TcpStream::connect(("127.0.0.1", port));
+        assert!(connected.is_err(), "reached the host's loopback");
+        let key: libc::key_t = var("IPC_KEY").parse().unwrap();
+        // SAFETY: a plain System V lookup.
+        let rc = unsafe { libc::msgget(key, 0) };
+        assert_eq!(
+            (rc, errno()),
+            (-1, libc::ENOENT),
+            "the host's message queue"
+        );
+    }
+
+    /// Exit codes and fatal signals reach the judge unchanged through init and the supervisor.
+    #[test]
+    fn the_supervisor_ends_the_way_the_candidate_ended() {
+        if !pid_namespace_supported() {
+            return;
+        }
+        let name = "sandbox::pid::tests::probe_ending";
+        let run = |ending: &str| {
+            // SAFETY: `enter` makes raw system calls only.
+            let output = layer_probe::run(name, &[("ENDING", ending.into())], || unsafe {
+                enter(0, None)
+            });
+            output.status
+        };
+        assert_eq!(run("exit").code(), Some(7));
+        assert_eq!(run("signal").signal(), Some(libc::SIGTERM));
+    }
+
+    #[test]
+    #[ignore = "a probe: run confined by the_supervisor_ends_the_way_the_candidate_ended"]
+    fn probe_ending() {
+        if !layer_probe::in_probe() {
+            return;
+        }
+        match std::env::var("ENDING").as_deref() {
+            Ok("exit") => std::process::exit(7),
+            // SAFETY: the probe ends itself.
+            Ok("signal") => unsafe {
+                libc::kill(libc::getpid(), libc::SIGTERM);
+            },
+            other => panic!("unknown ending {other:?}"),
+        }
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}

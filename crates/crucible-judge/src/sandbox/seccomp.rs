@@ -116,3 +116,104 @@ fn with_x32_twins(rules: Vec<(libc::c_long, Vec<SeccompRule>)>) -> BTreeMap<i64,
     }
     map
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::layer_probe;
+
+    fn run_probe(unix_sockets: bool) {
+        let filters = Filters::build(unix_sockets).expect("compile the filters");
+        let name = "sandbox::seccomp::tests::probe_filters";
+        let output = layer_probe::run(
+            name,
+            &[("UNIX_SOCKETS", unix_sockets.to_string())],
+            move || filters.install(),
+        );
+        layer_probe::assert_passed(name, &output);
+    }
+
+    #[test]
+    fn the_filter_refuses_unix_sockets_and_user_namespaces() {
+        run_probe(false);
+    }
+
+    #[test]
+    fn the_gpu_filter_allows_unix_sockets_and_still_refuses_user_namespaces() {
+        run_probe(true);
+    }
+
+    /// The result of a raw system call: its return value or its errno.
+    fn raw(result: libc::c_long) -> Result<libc::c_long, i32> {
+        if result < 0 {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(result)
+        }
+    }
+
+    fn socket(nr: libc::c_long, family: u64) -> Result<libc::c_long, i32> {
+        // SAFETY: socket takes no pointers; a descriptor it returns is closed.
+        let result = raw(unsafe { libc::syscall(nr, family, libc::SOCK_STREAM, 0) });
+        if let Ok(fd) = result {
+            // SAFETY: closes the descriptor just made.
+            unsafe { libc::close(fd as i32) };
+        }
+        result
+    }
+
+    #[test]
+    #[ignore = "a probe: run confined by the tests above"]
+    fn probe_filters() {
+        if !layer_probe::in_probe() {
+            return;
+        }
+        let unix_sockets: bool = std::env::var("UNIX_SOCKETS").unwrap().parse().unwrap();
+        let unix = libc::AF_UNIX as u64;
+        if unix_sockets {
+            assert!(socket(libc::SYS_socket, unix).is_ok());
+        } else {
+            assert_eq!(socket(libc::SYS_socket, unix), Err(libc::EACCES));
+            // The kernel reads the family as an int: junk in the upper half changes nothing.
+            assert_eq!(socket(libc::SYS_socket, unix | 1 << 32), Err(libc::EACCES));
+            #[cfg(target_arch = "x86_64")]
+            {
+                let x32 = libc::SYS_socket | linux_raw_sys::general::__X32_SYSCALL_BIT as i64;
+                assert_eq!(socket(x32, unix), Err(libc::EACCES), "the x32 twin");
+            }
+        }
+        assert!(socket(libc::SYS_socket, libc::AF_INET as u64).is_ok());
+
+        let new_user = libc::CLONE_NEWUSER as libc::c_long;
+        // SAFETY: unshare takes no pointers.
+        let unshare = |flags: libc::c_long| raw(unsafe { libc::syscall(libc::SYS_unshare, flags) });
+        assert_eq!(unshare(new_user), Err(libc::EPERM));
+        assert_eq!(
+            unshare(new_user | libc::CLONE_NEWNS as i64),
+            Err(libc::EPERM)
+        );
+        // Other namespaces pass the filter (the probe runs as root; only seccomp applies).
+        assert_eq!(unshare(libc::CLONE_NEWUTS as i64), Ok(0));
+        // SAFETY: a raw clone with no new stack; if the filter let it through, the child leaves
+        // at once.
+        let cloned = raw(unsafe {
+            libc::syscall(libc::SYS_clone, new_user | libc::SIGCHLD as i64, 0, 0, 0, 0)
+        });
+        if cloned == Ok(0) {
+            // SAFETY: the child of a clone that should not have happened.
+            unsafe { libc::_exit(0) };
+        }
+        assert_eq!(cloned, Err(libc::EPERM), "clone(CLONE_NEWUSER)");
+        // Without the filter this would be EINVAL (no struct given).
+        // SAFETY: clone3 with a null struct and size 0 makes nothing.
+        let clone3 = raw(unsafe { libc::syscall(libc::SYS_clone3, 0usize, 0usize) });
+        assert_eq!(clone3, Err(libc::ENOSYS));
+
+        // Threads (clone3 refused, libc falls back to clone) and processes still start.
+        assert_eq!(std::thread::spawn(|| 7).join().unwrap(), 7);
+        let status = std::process::Command::new("/bin/true")
+            .status()
+            .expect("/bin/true");
+        assert!(status.success());
+    }
+}
