@@ -1,0 +1,602 @@
+//! Confinement of the candidate process, which runs hostile code.
+//!
+//! Layers, each on its own enough to stop one class of attack (one module each):
+//!
+//! - **PID namespace** ([`pid`]). The process the judge spawns (the *supervisor*) unshares a PID
+//!   namespace and forks its *init*, which forks the candidate. The candidate cannot see or name
+//!   the judge, and when init dies (the candidate exited, the judge's timeout killed the process
+//!   group, or the supervisor died with the judge) the kernel kills everything left in the
+//!   namespace, including children that called `setsid` or double-forked. Init reports the
+//!   candidate's wait status through a pipe and the supervisor ends the same way, so exit codes
+//!   and signals reach the judge unchanged. A private mount namespace gets a /proc of the new PID
+//!   namespace, so the candidate sees only its own processes.
+//! - **Network and IPC namespaces**: nothing but a downed loopback, no System V IPC shared with
+//!   the host.
+//! - **A user id of its own** ([`caps`]: `UID_BASE` + the supervisor's pid, unique while it
+//!   lives), with every capability dropped but `CAP_DAC_OVERRIDE` (the scratch directories and
+//!   the Python install belong to root). Root is exempt from `RLIMIT_NPROC` and may raise its
+//!   hard limits; this user is not, so the process limit stops a fork bomb, and without
+//!   `CAP_KILL` it cannot signal any root process.
+//! - **Landlock** ([`landlock`]): read-only system and Python directories, writes only in its own
+//!   scratch directory, and in the referee's shared-tensor directory only to files that already
+//!   exist (so it can plant no symlink or file for the root referee to open); no TCP bind or
+//!   connect, and (scoping) no signals to or abstract-socket connections with processes outside
+//!   the sandbox. Landlock also refuses `ptrace` and `/proc/<pid>/mem` of processes outside it
+//!   (it leaves `/proc/<pid>/environ` readable by the same user on Linux 6.18; the PID
+//!   namespace hides the judge's).
+//! - **seccomp** ([`seccomp`]): no `AF_UNIX` sockets (Landlock does not cover connecting to a
+//!   socket file, and `CAP_DAC_OVERRIDE` would open root daemons' sockets such as docker.sock)
+//!   and no user namespaces (the kernel surface that most container escapes go through).
+//! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`; and a
+//!   **pids cgroup** ([`cgroup`]) with the same process limit, where the host has one.
+//!
+//! Everything that allocates happens in the parent before fork: paths, the Landlock ruleset (the
+//! `landlock` crate), the seccomp filters (compiled to BPF by `seccompiler`), probing the kernel.
+//! The judge is multithreaded, so between fork and exec only async-signal-safe work may run: raw
+//! system calls, each module's child side saying why it needs them. Features the kernel lacks are
+//! found once per judge process (probed in throwaway forked children) and skipped;
+//! [`Sandbox::missing_features`] lists them, and the judge reports them as a `sandbox-degraded`
+//! finding instead of failing.
+//!
+//! On a GPU the layers in `Sandbox::gpu_layers` apply, by default all but the user id (see
+//! `Layers::GPU_DEFAULT`): CUDA IPC will not map the referee's memory into another user's
+//! process. The candidate stays uid 0 with every capability dropped; Landlock also lets it write
+//! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
+//! empty tmpfs over /run hides the daemons' sockets. uid 0 is exempt from `RLIMIT_NPROC`, so
+//! the process limit comes from a pids cgroup of the candidate's own where the host has a
+//! writable v1 pids hierarchy (on every host, not only GPU ones). Left open on a GPU: Unix
+//! sockets at paths outside /run.
+
+mod caps;
+mod cgroup;
+mod landlock;
+mod pid;
+mod seccomp;
+
+use std::ffi::CString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use ::landlock::ABI;
+
+pub(crate) use cgroup::PidsCgroup;
+
+/// Resource limits and isolation for one candidate process.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    /// Largest file the process may write, in bytes.
+    pub max_file_bytes: u64,
+    /// Most file descriptors open at once.
+    pub max_open_files: u64,
+    /// Most tasks (processes and threads together) the candidate may have at once.
+    pub max_processes: u64,
+    /// Move into a fresh network namespace (no interfaces but a downed loopback).
+    pub isolate_network: bool,
+    /// Paths the process may read and execute besides the system and Python directories.
+    pub read_only: Vec<PathBuf>,
+    /// Directories the process may read and write.
+    pub read_write: Vec<PathBuf>,
+    /// Directories whose existing files the process may read and write; it may create, remove
+    /// or rename nothing there.
+    pub shared_files: Vec<PathBuf>,
+    /// Give access to the NVIDIA device files (CUDA).
+    pub gpu_devices: bool,
+    /// The layers applied to a candidate on a GPU (all of them apply on the CPU).
+    pub gpu_layers: Layers,
+    /// Landlock's signal and abstract-socket scoping (ABI 6); off only to diagnose.
+    pub landlock_scoping: bool,
+}
+
+/// The confinement layers that can be switched off one by one (the network namespace, the
+/// rlimits and no_new_privs always apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layers {
+    pub landlock: bool,
+    pub seccomp: bool,
+    pub pid_namespace: bool,
+    pub ipc_namespace: bool,
+    pub own_user: bool,
+}
+
+impl Layers {
+    pub const ALL: Layers = Layers {
+        landlock: true,
+        seccomp: true,
+        pid_namespace: true,
+        ipc_namespace: true,
+        own_user: true,
+    };
+    pub const NONE: Layers = Layers {
+        landlock: false,
+        seccomp: false,
+        pid_namespace: false,
+        ipc_namespace: false,
+        own_user: false,
+    };
+    /// The names `parse` accepts, in order.
+    pub const NAMES: [&'static str; 5] = ["landlock", "seccomp", "pid", "ipc", "user"];
+
+    /// What a candidate on a GPU gets by default, measured with `scripts/gpu-sandbox-probe` and
+    /// `scripts/gpu-check hacks,sandbox` on the H200 test host (driver 580, kernel 6.18): CUDA
+    /// works under Landlock once the candidate may write its own /proc/<pid> (CUDA names its
+    /// threads there), under the seccomp filter once it allows Unix sockets, and under the PID and
+    /// IPC namespaces. CUDA IPC refuses to import the referee's memory into a process of another
+    /// user id, so the candidate stays uid 0, without any capability.
+    pub const GPU_DEFAULT: Layers = Layers {
+        landlock: true,
+        seccomp: true,
+        pid_namespace: true,
+        ipc_namespace: true,
+        own_user: false,
+    };
+
+    /// Parses a comma list of `NAMES`, or `all` / `none`.
+    pub fn parse(text: &str) -> Result<Layers, String> {
+        let mut layers = Layers::NONE;
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "all" => layers = Layers::ALL,
+                "none" => {}
+                "landlock" => layers.landlock = true,
+                "seccomp" => layers.seccomp = true,
+                "pid" => layers.pid_namespace = true,
+                "ipc" => layers.ipc_namespace = true,
+                "user" => layers.own_user = true,
+                other => {
+                    return Err(format!(
+                        "unknown sandbox layer `{other}` (expected all, none or a comma list of {})",
+                        Layers::NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(layers)
+    }
+
+    /// What each layer missing from this set leaves open, for the `sandbox-degraded` finding.
+    fn off_on_gpu(self) -> Vec<&'static str> {
+        let mut off = Vec::new();
+        if !self.landlock {
+            off.push("Landlock (off on a GPU)");
+        }
+        if !self.seccomp {
+            off.push("seccomp filter (off on a GPU)");
+        }
+        if !self.pid_namespace {
+            off.push("PID namespace (off on a GPU)");
+        }
+        if !self.ipc_namespace {
+            off.push("IPC namespace (off on a GPU)");
+        }
+        if !self.own_user {
+            off.push(
+                "a user id of its own (off on a GPU: CUDA IPC needs the referee's; the candidate \
+                 runs as uid 0 with no capabilities)",
+            );
+        }
+        off
+    }
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox {
+            max_file_bytes: 1 << 30,
+            max_open_files: 1024,
+            // Threads count too: torch starts one per core, so this leaves room on a large host.
+            max_processes: 1024,
+            isolate_network: true,
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            shared_files: Vec::new(),
+            gpu_devices: false,
+            gpu_layers: Layers::GPU_DEFAULT,
+            landlock_scoping: true,
+        }
+    }
+}
+
+// --- probing -------------------------------------------------------------------------------
+
+/// What this kernel (and the judge's privileges) allow.
+struct Support {
+    /// The newest Landlock ABI this kernel supports, up to the newest the sandbox uses.
+    landlock_abi: ABI,
+    net_namespace: bool,
+    ipc_namespace: bool,
+    pid_namespace: bool,
+    own_user: bool,
+    seccomp: bool,
+    missing: Vec<&'static str>,
+}
+
+fn support() -> &'static Support {
+    static SUPPORT: OnceLock<Support> = OnceLock::new();
+    SUPPORT.get_or_init(|| {
+        let landlock_abi = landlock::kernel_abi();
+        // SAFETY (the namespace and credential probes): they run in a throwaway forked child.
+        let net_namespace = probe(&|| unsafe { libc::unshare(libc::CLONE_NEWNET) == 0 });
+        let ipc_namespace = probe(&|| unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 });
+        let pid_namespace = probe(&pid::namespace_works);
+        let own_user = probe(&|| unsafe { caps::become_user(caps::own_uid()).is_ok() });
+        // Compiled here, before the fork: the probe only installs it.
+        let seccomp = seccomp::Filters::build(false)
+            .is_ok_and(|filters| probe(&|| filters.install().is_ok()));
+        let mut missing = Vec::new();
+        if landlock_abi < ABI::V1 {
+            missing.push("Landlock (filesystem confinement, TCP rules and signal scoping)");
+        } else {
+            if landlock_abi < ABI::V4 {
+                missing.push("Landlock TCP rules (ABI 4)");
+            }
+            if landlock_abi < ABI::V6 {
+                missing.push("Landlock signal and abstract-socket scoping (ABI 6)");
+            }
+        }
+        if !net_namespace {
+            missing.push("network namespace");
+        }
+        if !ipc_namespace {
+            missing.push("IPC namespace");
+        }
+        if !pid_namespace {
+            missing.push("PID namespace");
+        }
+        if !own_user {
+            missing.push("a user id of its own (the process limit is not enforced)");
+        }
+        if !seccomp {
+            missing.push("seccomp filter (Unix sockets and user namespaces stay open)");
+        }
+        Support {
+            landlock_abi,
+            net_namespace,
+            ipc_namespace,
+            pid_namespace,
+            own_user,
+            seccomp,
+            missing,
+        }
+    })
+}
+
+/// Runs `check` in a forked child, so a namespace, credential or filter change never touches the
+/// judge. The checks only make raw system calls (async-signal-safe: the judge may have threads).
+fn probe(check: &dyn Fn() -> bool) -> bool {
+    // SAFETY: the child only runs `check` (raw system calls) and leaves with `_exit`.
+    unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::_exit(if check() { 0 } else { 1 });
+        }
+        if pid < 0 {
+            return false;
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if errno() != libc::EINTR {
+                return false;
+            }
+        }
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+}
+
+// --- the parent's side ---------------------------------------------------------------------
+
+impl Sandbox {
+    /// This sandbox for one candidate process: the harness to import, its own scratch directory
+    /// (HOME, TMPDIR, Triton's cache), the directories of files it shares with the referee and,
+    /// on a GPU, the device files.
+    pub fn for_candidate(
+        mut self,
+        harness_root: &Path,
+        scratch: &Path,
+        shared: &[&Path],
+        gpu: bool,
+    ) -> Sandbox {
+        self.read_only.push(harness_root.to_path_buf());
+        self.read_write.push(scratch.to_path_buf());
+        self.shared_files
+            .extend(shared.iter().map(|p| p.to_path_buf()));
+        self.gpu_devices |= gpu;
+        self
+    }
+
+    /// What this sandbox runs without on this host: the protections the kernel lacks (probed
+    /// once per judge process) and, on a GPU, those that are off there. Empty when complete.
+    pub fn missing_features(&self) -> Vec<&'static str> {
+        let mut missing = support().missing.clone();
+        if self.gpu_devices {
+            missing.extend(self.gpu_layers.off_on_gpu());
+            if self.gpu_layers.seccomp {
+                missing.push(
+                    "the seccomp ban on Unix sockets (off on a GPU: CUDA needs them; daemon \
+                     sockets in /run are hidden)",
+                );
+            }
+        }
+        let own_user = support().own_user && self.layers().own_user;
+        if !own_user && !cgroup::host_has_pids_cgroup() {
+            missing.push("a process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup is writable)");
+        }
+        missing
+    }
+
+    /// Everything `enter` needs, built before fork: the Landlock ruleset, the seccomp filters and
+    /// the plan; and the pids cgroup the child joins, for the parent to keep (and remove) once
+    /// the child is gone.
+    pub(crate) fn prepare(&self, python: &Path) -> io::Result<(Confinement, Option<PidsCgroup>)> {
+        let support = support();
+        let layers = self.layers();
+        let landlock = if support.landlock_abi >= ABI::V1 && layers.landlock {
+            let mut read_exec = landlock::python_dirs(python)?.to_vec();
+            read_exec.extend(self.read_only.iter().cloned());
+            let paths = landlock::Paths {
+                read_exec: &read_exec,
+                read_write: &self.read_write,
+                shared_files: &self.shared_files,
+                gpu_devices: self.gpu_devices,
+            };
+            Some(landlock::prepare(
+                support.landlock_abi,
+                &paths,
+                self.landlock_scoping,
+            )?)
+        } else {
+            None
+        };
+        let seccomp = if support.seccomp && layers.seccomp {
+            // CUDA's driver fails to initialize (error 304) when it cannot make a Unix socket.
+            Some(seccomp::Filters::build(self.gpu_devices)?)
+        } else {
+            None
+        };
+        let mut namespaces = 0;
+        if self.isolate_network && support.net_namespace {
+            namespaces |= libc::CLONE_NEWNET;
+        }
+        if support.ipc_namespace && layers.ipc_namespace {
+            namespaces |= libc::CLONE_NEWIPC;
+        }
+        let cgroup = PidsCgroup::create(self.max_processes)?;
+        let cgroup_procs = cgroup.as_ref().map(PidsCgroup::procs_path).transpose()?;
+        let confinement = Confinement {
+            landlock,
+            seccomp,
+            cgroup_procs,
+            max_file_bytes: self.max_file_bytes,
+            max_open_files: self.max_open_files,
+            max_processes: self.max_processes,
+            namespaces,
+            pid_namespace: support.pid_namespace && layers.pid_namespace,
+            own_user: support.own_user && layers.own_user,
+        };
+        Ok((confinement, cgroup))
+    }
+
+    fn layers(&self) -> Layers {
+        if self.gpu_devices {
+            self.gpu_layers
+        } else {
+            Layers::ALL
+        }
+    }
+
+    /// Runs `command` confined like a candidate (its environment as the caller set it). For
+    /// finding out what a program needs from the sandbox: `crucible sandbox-exec`.
+    pub fn run(
+        &self,
+        python: &Path,
+        command: &mut std::process::Command,
+    ) -> io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::CommandExt;
+        let (confinement, _cgroup) = self.prepare(python)?;
+        // SAFETY: `enter` only makes async-signal-safe system calls (see its contract).
+        unsafe {
+            command.pre_exec(move || confinement.enter());
+        }
+        command.status()
+    }
+}
+
+// --- the child's side: async-signal-safe calls only ----------------------------------------
+
+/// The prepared sandbox for one spawn; applied by `enter` between fork and exec.
+pub(crate) struct Confinement {
+    landlock: Option<landlock::PreparedRuleset>,
+    seccomp: Option<seccomp::Filters>,
+    /// `cgroup.procs` of the candidate's pids cgroup, which the child joins first.
+    cgroup_procs: Option<CString>,
+    max_file_bytes: u64,
+    max_open_files: u64,
+    max_processes: u64,
+    /// `CLONE_NEW*` flags to unshare besides the PID namespace.
+    namespaces: libc::c_int,
+    pid_namespace: bool,
+    own_user: bool,
+}
+
+impl Confinement {
+    /// Confines the calling process. With a PID namespace this returns only in the candidate
+    /// (two forks down); the supervisor and init never return.
+    ///
+    /// # Safety
+    ///
+    /// Only in a freshly forked, single-threaded child before exec: it forks, changes
+    /// credentials and makes only async-signal-safe system calls (no allocation, no locks).
+    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+        // SAFETY: raw system calls on this process's own state (see the function's contract).
+        unsafe {
+            // The supervisor re-raises the candidate's fatal signal on itself: no core dumps
+            // anywhere, and the root-owned helpers are not dumpable (nor readable in /proc).
+            set_limit(libc::RLIMIT_CORE, 0)?;
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            // First, so the supervisor, init and everything the candidate forks count against
+            // the cgroup's process limit.
+            if let Some(procs) = &self.cgroup_procs {
+                cgroup::join(procs)?;
+            }
+            // Unique while the supervisor lives, which is as long as anything of the candidate.
+            let uid = caps::own_uid();
+            if self.pid_namespace {
+                check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
+                pid::enter(self.namespaces, self.landlock.as_ref())?;
+            } else if self.namespaces != 0 {
+                check(libc::unshare(self.namespaces))?;
+            }
+            // Now in the candidate. It loses the capability to trace other processes: with the
+            // referee non-dumpable, neither ptrace nor /proc/<pid>/mem reaches the expected
+            // outputs.
+            caps::drop_ptrace()?;
+            set_limit(libc::RLIMIT_FSIZE, self.max_file_bytes)?;
+            set_limit(libc::RLIMIT_NOFILE, self.max_open_files)?;
+            if self.own_user {
+                caps::become_user(uid)?;
+                // Enforced for this user only; root would be exempt.
+                set_limit(libc::RLIMIT_NPROC, self.max_processes)?;
+                // A credential change clears the parent-death signal; it matters where there
+                // is no PID namespace (the judge is then the parent).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            } else {
+                // Still uid 0 (CUDA IPC on a GPU needs the referee's uid), but with no
+                // capability: no module loading, mounts, raw devices or signals across users.
+                caps::drop_all()?;
+            }
+            if let Some(ruleset) = &self.landlock {
+                // Only now is the candidate's pid (and its /proc, private with a PID namespace)
+                // known.
+                ruleset.restrict_self()?;
+            }
+            if let Some(filters) = &self.seccomp {
+                filters.install()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// --- rlimits and helpers for the child -----------------------------------------------------
+
+/// Sets both the soft and the hard limit of `resource`: the candidate may not raise it again.
+/// Async-signal-safe (one raw system call).
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: `limit` is a valid rlimit for the duration of the call.
+    check(unsafe { libc::setrlimit(resource, &limit) })
+}
+
+/// A raw call's result as an `io::Error` (no allocation: an OS error is stored inline).
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn errno() -> libc::c_int {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_parse_names_all_and_none() {
+        assert_eq!(Layers::parse("all"), Ok(Layers::ALL));
+        assert_eq!(Layers::parse("none"), Ok(Layers::NONE));
+        assert_eq!(Layers::parse(""), Ok(Layers::NONE));
+        let some = Layers::parse("landlock, pid").unwrap();
+        assert!(some.landlock && some.pid_namespace);
+        assert!(!some.seccomp && !some.ipc_namespace && !some.own_user);
+        let err = Layers::parse("landlock,chroot").unwrap_err();
+        assert!(err.contains("`chroot`"), "{err}");
+    }
+
+    #[test]
+    fn a_gpu_sandbox_names_what_it_runs_without() {
+        let gpu = Sandbox {
+            gpu_devices: true,
+            ..Sandbox::default()
+        };
+        let off = gpu.missing_features();
+        assert!(
+            off.iter().any(|m| m.starts_with("a user id of its own")),
+            "{off:?}"
+        );
+        assert!(
+            !off.iter().any(|m| m.starts_with("Landlock (off")),
+            "{off:?}"
+        );
+        let cpu = Sandbox::default();
+        assert!(
+            !cpu.missing_features()
+                .iter()
+                .any(|m| m.contains("off on a GPU"))
+        );
+    }
+}
+
+/// Runs a probe (an ignored test of this test binary) in a fresh process under one layer, for
+/// the per-layer tests in each module: the layer is applied between fork and exec exactly as
+/// `Confinement::enter` applies it, and the probe then tries what the layer must refuse.
+#[cfg(test)]
+pub(crate) mod layer_probe {
+    use std::io;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Output};
+
+    /// Set in a probe's environment: outside `run`, a probe does nothing.
+    const PROBE_ENV: &str = "CRUCIBLE_SANDBOX_LAYER_PROBE";
+
+    /// Whether this process is a probe started by `run` (and not `cargo test -- --ignored`).
+    pub(crate) fn in_probe() -> bool {
+        std::env::var_os(PROBE_ENV).is_some()
+    }
+
+    /// Starts the ignored test `name` (its full path, `sandbox::seccomp::tests::probe_...`) in
+    /// a child that `confine` confines between fork and exec, with `env` added.
+    ///
+    /// `confine` runs between fork and exec of the multithreaded test process: it may only make
+    /// async-signal-safe calls, like `Confinement::enter`.
+    pub(crate) fn run(
+        name: &str,
+        env: &[(&str, String)],
+        confine: impl FnMut() -> io::Result<()> + Send + Sync + 'static,
+    ) -> Output {
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut command = Command::new(exe);
+        command
+            .args([
+                "--exact",
+                name,
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PROBE_ENV, "1")
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: the caller's contract: `confine` is async-signal-safe.
+        unsafe {
+            command.pre_exec(confine);
+        }
+        command.output().expect("start the probe")
+    }
+
+    /// The probe ran (a filtered-out probe would pass vacuously) and passed.
+    pub(crate) fn assert_passed(name: &str, output: &Output) {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "probe {name}: {}\n{stdout}\n{stderr}",
+            output.status
+        );
+    }
+}
