@@ -408,6 +408,7 @@ pub(crate) mod tests {
             },
             size_profile: "full".into(),
             trials: vec![],
+            generalization: None,
             launches: vec![],
             task: file("task.py"),
             candidate: file("cand.py"),
