@@ -16,6 +16,7 @@ batch_size = 8192
 dim = 8192
 
 PROFILES = {"small": {"batch_size": 8, "dim": 100}}
+GENERALIZE = True
 
 
 def get_inputs():
