@@ -171,6 +171,80 @@ class Referee:
             "precision_loss": precision_loss,
         }
 
+    # --- the generalization trial ---------------------------------------------------------
+
+    def generalize_plan(self, msg):
+        """Decides whether the generalization trial runs and with which values, from the task
+        as loaded (size profile applied). Loads nothing."""
+        declared = getattr(self.module, "GENERALIZE", None)
+        if msg["mode"] == "auto" and declared is None:
+            return {"requested": False}
+        if declared is False:
+            return {"requested": True, "source": "task", "constants": [], "skip": "the task opts out (GENERALIZE = False)",
+                    "opted_out": True}
+        source = "task" if isinstance(declared, dict) else "auto"
+        if declared not in (None, True) and source == "auto":
+            return {"requested": True, "source": "task", "constants": [],
+                    "skip": f"GENERALIZE must be True, False or a dict of int values, not {declared!r}"}
+        try:
+            changes = explicit_perturbation(self.module, declared) if source == "task" else auto_perturbation(self.module)
+        except Exception as exc:
+            return {"requested": True, "source": source, "constants": [], "skip": f"{type(exc).__name__}: {exc}"}
+        self.generalize_changes = changes
+        constants = [{"name": name, "from": old, "to": new} for name, (old, new) in changes.items()]
+        skip = None
+        if not changes:
+            skip = ("GENERALIZE changes no constant" if source == "task" else
+                    "the task has no module-level int size constant (>= 2) that get_inputs or get_init_inputs reads")
+        return {"requested": True, "source": source, "constants": constants, "skip": skip}
+
+    def generalize(self, msg):
+        """Loads a second task instance with the perturbed constants and builds its reference
+        with the same init seed. The reference must run, and give finite outputs, on the
+        trial's own inputs first: a task that cannot take other sizes is skipped, never
+        charged to the candidate."""
+        torch = self.torch
+        changes = self.generalize_changes
+        try:
+            module = common.load_module(msg["task_path"], "crucible_task_generalized", self.profile)
+            for name, (_old, new) in changes.items():
+                setattr(module, name, new)
+            perturbed_shapes = input_shapes(torch, module)
+            if perturbed_shapes is not None and perturbed_shapes == input_shapes(torch, self.module):
+                return {"skip": "the perturbed constants do not change the task's inputs (get_inputs and "
+                        "get_init_inputs return the same shapes and values)"}
+            with common.device_context(torch, self.device):
+                init_inputs = list(module.get_init_inputs())
+                common.seed_all(torch, msg["init_seed"])
+                model = module.Model(*init_inputs).to(self.device)
+            common.seed_all(torch, msg["seed"])
+            with common.device_context(torch, self.device):
+                inputs = list(module.get_inputs())
+            with torch.no_grad():
+                outputs = common.as_output_list(torch, model(*inputs))
+            for j, out in enumerate(outputs):
+                if type(out) is not torch.Tensor:
+                    return {"skip": f"the reference returns a {type(out).__name__} at the perturbed sizes"}
+                if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+                    return {"skip": f"the reference's output {j} is not finite at the perturbed sizes"}
+            del inputs, outputs
+        except Exception as exc:
+            return {"skip": f"the reference fails at the perturbed sizes: {type(exc).__name__}: {exc}"}
+        self.generalized = (module, model)
+        return {"init_inputs": common.b64_pickle(init_inputs)}
+
+    def prepare_generalized(self, msg):
+        """`prepare`, with the perturbed task instance and its reference. The expected outputs
+        are all the trial needs afterwards: the second reference is released (on a GPU its
+        weights would otherwise stay through timing)."""
+        saved = self.module, self.model
+        self.module, self.model = self.generalized
+        try:
+            return self.prepare(msg)
+        finally:
+            self.module, self.model = saved
+            self.generalized = None
+
     def tolerance_for(self, tensor):
         half = tensor.dtype in (self.torch.float16, self.torch.bfloat16)
         return self.tolerance["half" if half else "fp32"]
@@ -283,6 +357,97 @@ def unravel(flat, shape):
     return tuple(reversed(idx))
 
 
+# --- generalization: which constants change, and to what ---------------------------------------
+
+# Module-level ints whose names contain one of these are hyperparameters, not sizes: changing
+# them changes what the task computes (a 3x3 convolution is not a 1x1 one), so the automatic
+# perturbation leaves them alone. A task that wants them changed declares `GENERALIZE = {...}`.
+HYPERPARAMETER_FRAGMENTS = ("kernel", "stride", "pad", "dilation", "group", "axis", "head")
+
+
+def is_batch_name(name):
+    """Batch-like names shrink more than other sizes: a kernel that hard-codes its grid to the
+    batch shows at a much smaller one."""
+    low = name.lower()
+    return low == "bs" or "batch" in low
+
+
+def referenced_globals(module):
+    """Names read by get_inputs and get_init_inputs, their nested code (comprehensions,
+    lambdas) and the task's own functions they call."""
+    import types
+
+    names, seen = set(), set()
+    todo = [fn.__code__ for fn in (module.get_inputs, module.get_init_inputs) if hasattr(fn, "__code__")]
+    while todo:
+        code = todo.pop()
+        if code in seen:
+            continue
+        seen.add(code)
+        for name in code.co_names:
+            names.add(name)
+            value = module.__dict__.get(name)
+            if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+                todo.append(value.__code__)
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def auto_perturbation(module):
+    """{name: (value, perturbed)} for every module-level int n >= 2 that the input functions
+    read, skipping hyperparameters: batch-like names become the largest odd number <= n // 2,
+    other sizes become odd and smaller (n - 1 if n is even, else n - 2). Every value shrinks, so
+    the trial never needs more memory than the task as loaded; equal constants get distinct
+    values (the next odd number down) where they can, so a kernel that assumes M == K shows."""
+    read = referenced_globals(module)
+    changes, used = {}, set()
+    for name, value in list(vars(module).items()):
+        if name not in read or type(value) is not int or value < 2:
+            continue
+        if any(fragment in name.lower() for fragment in HYPERPARAMETER_FRAGMENTS):
+            continue
+        if is_batch_name(name):
+            half = value // 2
+            new = half if half % 2 else max(half - 1, 1)
+        else:
+            new = value - 1 if value % 2 == 0 else value - 2
+        while new in used and new > 2:
+            new -= 2
+        used.add(new)
+        changes[name] = (value, new)
+    return changes
+
+
+def explicit_perturbation(module, declared):
+    """The task's own `GENERALIZE = {name: value}`, applied as written on top of the size
+    profile in use (so its values must suit every profile: smaller than all of them is safe)."""
+    changes = {}
+    for name, new in declared.items():
+        old = getattr(module, name, None)
+        if type(old) is not int or type(new) is not int:
+            raise ValueError(
+                f"GENERALIZE sets {name!r} to {new!r}, but only module-level int constants can be "
+                f"changed (the task has {name} = {old!r})"
+            )
+        if new != old:
+            changes[name] = (old, new)
+    return changes
+
+
+def input_shapes(torch, module):
+    """What get_inputs and get_init_inputs return, as shapes (tensors on the meta device, so
+    nothing is allocated); None when they cannot run there."""
+
+    def describe(value):
+        return ("tensor", tuple(value.shape), str(value.dtype)) if isinstance(value, torch.Tensor) else repr(value)
+
+    try:
+        with torch.device("meta"):
+            return [describe(x) for x in module.get_inputs()], [describe(x) for x in module.get_init_inputs()]
+    except Exception:
+        return None
+
+
 def main():
     # Not dumpable: a process without CAP_SYS_PTRACE (the candidate drops it) can neither trace
     # this one nor read its memory through /proc, where the expected outputs live.
@@ -306,6 +471,9 @@ def main():
         "prepare": referee.prepare,
         "check": referee.check,
         "time_reference": referee.time_reference,
+        "generalize_plan": referee.generalize_plan,
+        "generalize": referee.generalize,
+        "prepare_generalized": referee.prepare_generalized,
     }
     while True:
         msg = chan.recv()

@@ -17,6 +17,7 @@ batch_size = 4096
 dim = 8192
 
 PROFILES = {"small": {"batch_size": 8, "dim": 64}}
+GENERALIZE = True
 
 
 def get_inputs():

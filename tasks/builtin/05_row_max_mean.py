@@ -16,6 +16,7 @@ batch_size = 8192
 dim = 6000
 
 PROFILES = {"small": {"batch_size": 8, "dim": 50}}
+GENERALIZE = True
 
 
 def get_inputs():

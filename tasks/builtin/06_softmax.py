@@ -21,6 +21,7 @@ PROFILES = {
     "rows16": {"batch_size": 16, "dim": 1024},
     "row4096": {"batch_size": 1, "dim": 4096},
 }
+GENERALIZE = True
 
 
 def get_inputs():

@@ -20,6 +20,7 @@ dim = 4096
 eps = 1e-6
 
 PROFILES = {"small": {"batch_size": 8, "dim": 64}}
+GENERALIZE = True
 
 
 def get_inputs():

@@ -17,6 +17,7 @@ batch_size = 8192
 dim = 4096
 
 PROFILES = {"small": {"batch_size": 8, "dim": 48}}
+GENERALIZE = True
 
 
 def get_inputs():

@@ -17,6 +17,7 @@ N = 4096
 K = 4096
 
 PROFILES = {"small": {"M": 32, "N": 32, "K": 32}}
+GENERALIZE = True
 
 
 def get_inputs():

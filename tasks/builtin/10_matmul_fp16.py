@@ -17,6 +17,7 @@ N = 4096
 K = 4096
 
 PROFILES = {"small": {"M": 64, "N": 32, "K": 48}}
+GENERALIZE = True
 
 
 def get_inputs():

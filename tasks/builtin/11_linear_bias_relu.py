@@ -18,6 +18,7 @@ in_features = 4096
 out_features = 4096
 
 PROFILES = {"small": {"batch_size": 16, "in_features": 32, "out_features": 48}}
+GENERALIZE = True
 
 
 def get_inputs():

@@ -19,6 +19,7 @@ K = 2048
 scale = 0.125
 
 PROFILES = {"small": {"M": 32, "N": 64, "K": 32}}
+GENERALIZE = True
 
 
 def get_inputs():

@@ -19,6 +19,7 @@ dim = 2048
 temperature = 0.5
 
 PROFILES = {"small": {"batch_size": 8, "dim": 64}}
+GENERALIZE = True
 
 
 def get_inputs():

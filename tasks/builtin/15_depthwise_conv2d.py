@@ -21,6 +21,7 @@ width = 256
 kernel_size = 3
 
 PROFILES = {"small": {"batch_size": 2, "channels": 4, "height": 9, "width": 12}}
+GENERALIZE = True
 
 
 def get_inputs():

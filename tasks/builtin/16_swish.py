@@ -18,6 +18,7 @@ dim = 16384
 beta = 1.5
 
 PROFILES = {"small": {"batch_size": 8, "dim": 100}}
+GENERALIZE = True
 
 
 def get_inputs():

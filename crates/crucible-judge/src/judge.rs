@@ -19,6 +19,9 @@ use crate::runtime::{Runtime, harness_device, harness_env, hex};
 use crate::sandbox::Sandbox;
 use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
+mod generalize;
+pub use generalize::{Generalize, SHAPE_SPECIALIZED};
+
 /// Module name the candidate harness imports the candidate file as; launches of kernels
 /// defined there are the candidate's own.
 const CANDIDATE_MODULE: &str = "crucible_candidate";
@@ -142,6 +145,8 @@ pub struct EvalConfig {
     pub inputs_on_host: bool,
     /// Static verifier policy for the first stage; `None` skips it (to test runtime defenses).
     pub verify_policy: Option<crucible_verify::Policy>,
+    /// The generalization trial at perturbed task sizes (a `shape-specialized` flag).
+    pub generalize: Generalize,
 }
 
 impl EvalConfig {
@@ -158,6 +163,7 @@ impl EvalConfig {
             sandbox: Some(Sandbox::default()),
             inputs_on_host: false,
             verify_policy: Some(crucible_verify::Policy::default()),
+            generalize: Generalize::Auto,
         }
     }
 
@@ -240,6 +246,9 @@ struct Evaluation<'a> {
     launches: Vec<Launch>,
     env: crucible_result::Env,
     size_profile: String,
+    generalization: Option<crucible_result::Generalization>,
+    /// Why timing could not run although the candidate is correct.
+    timing_blocked: Option<String>,
 }
 
 impl Evaluation<'_> {
@@ -399,6 +408,8 @@ pub fn evaluate_with(
             ..Default::default()
         },
         size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
+        generalization: None,
+        timing_blocked: None,
     };
     let mut timing = None;
     let mut profile = None;
@@ -454,6 +465,7 @@ pub fn evaluate_with(
                 .to_string(),
         ),
         (None, true) if cfg.timing.is_none() => Some("timing was turned off".to_string()),
+        (None, true) if correct && eval.timing_blocked.is_some() => eval.timing_blocked.clone(),
         (None, true) => Some("timing runs only for correct candidates".to_string()),
     };
     let speedup = timing
@@ -484,6 +496,7 @@ pub fn evaluate_with(
         },
         size_profile: eval.size_profile,
         trials: eval.trials,
+        generalization: eval.generalization,
         launches: eval.launches,
         task: file_ref(task_path, task_src),
         candidate: file_ref(candidate_path, candidate_src),
@@ -853,6 +866,9 @@ fn run_started(
                 launch_free.join(", ")
             ),
         ));
+        return Ok(());
+    }
+    if !generalize::generalize_stage(eval, referee, candidate, task_abs, seeds)? {
         return Ok(());
     }
 

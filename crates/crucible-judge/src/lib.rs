@@ -16,8 +16,8 @@ mod timing;
 
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use judge::{
-    EvalConfig, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers, evaluate,
-    evaluate_with,
+    EvalConfig, Generalize, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers,
+    evaluate, evaluate_with,
 };
 pub use runtime::Runtime;
 pub use sandbox::Sandbox;

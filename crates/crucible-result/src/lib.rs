@@ -182,6 +182,45 @@ pub struct Trial {
     pub repeat_of: Option<u32>,
 }
 
+/// One module-level size constant of the task, as the generalization trial changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PerturbedConstant {
+    pub name: String,
+    /// The value in the size profile the trials used.
+    pub from: i64,
+    pub to: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GeneralizationStatus {
+    Passed,
+    /// The candidate failed at the perturbed sizes: the finding `shape-specialized` says how.
+    Failed,
+    /// No trial ran (the task opts out, or its reference fails at the perturbed sizes);
+    /// `message` says why. Never the candidate's fault.
+    Skipped,
+}
+
+/// The generalization trial: after the correctness trials passed, one more trial with the
+/// task's module-level size constants changed (odd, smaller sizes), in the same candidate
+/// process with a second `ModelNew`. Failing it is a flag (`shape-specialized`), never a
+/// reject: KernelBench fixes the shapes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generalization {
+    pub status: GeneralizationStatus,
+    /// `auto` (values computed by the referee) or `task` (the task's own `GENERALIZE`).
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constants: Vec<PerturbedConstant>,
+    /// The trial itself (absent when skipped, or when the candidate failed before it ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<Trial>,
+    /// Why it was skipped, or what failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
 /// Summary statistics of one timed series, in milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -333,6 +372,10 @@ pub struct EvalResult {
     /// Size profile of the task's inputs (`full` is the file as written).
     pub size_profile: String,
     pub trials: Vec<Trial>,
+    /// The generalization trial; absent when it was not asked for (`--generalize off`, or
+    /// `auto` for a task that declares no `GENERALIZE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generalization: Option<Generalization>,
     pub launches: Vec<Launch>,
     pub task: FileRef,
     pub candidate: FileRef,
@@ -367,6 +410,52 @@ mod tests {
         assert_eq!(s.iqr_ms, 3.25 - 1.75);
         assert!((s.cv - (1.25f64).sqrt() / 2.5).abs() < 1e-12);
         assert!(Stats::from_samples(&[]).is_none());
+    }
+
+    /// A document written before the generalization trial existed (no `generalization`).
+    const OLD_DOCUMENT: &str = r#"{"schema":"crucible.result/1","verdict":"correct","correct":true,
+        "speedup":null,"timing":null,"coverage":null,"findings":[],"stages":[],
+        "seeds":{"base":1,"init":2,"trials":[3],"timing":4},
+        "tolerance":{"profile":"kb-v0","atol":0.01,"rtol":0.01},"size_profile":"small",
+        "trials":[{"seed":3,"passed":true,"outputs":[]}],"launches":[],
+        "task":{"name":"t","path":"t.py","sha256":"0"},
+        "candidate":{"name":"c","path":"c.py","sha256":"0"},
+        "env":{"device":"cpu","device_name":null,"torch":null,"triton":null,"cuda":null,
+               "driver":null,"python":null,"crucible":"0","triton_interpret":true},
+        "wall_s":1.0}"#;
+
+    #[test]
+    fn documents_without_a_generalization_trial_still_parse() {
+        let old: EvalResult = serde_json::from_str(OLD_DOCUMENT).unwrap();
+        assert_eq!(old.generalization, None);
+        let text = serde_json::to_string(&old).unwrap();
+        assert!(!text.contains("generalization"), "absent, not null: {text}");
+    }
+
+    #[test]
+    fn a_generalization_trial_round_trips() {
+        let mut doc: EvalResult = serde_json::from_str(OLD_DOCUMENT).unwrap();
+        doc.generalization = Some(Generalization {
+            status: GeneralizationStatus::Failed,
+            source: "auto".into(),
+            constants: vec![PerturbedConstant {
+                name: "dim".into(),
+                from: 64,
+                to: 63,
+            }],
+            trial: Some(Trial {
+                seed: 9,
+                passed: false,
+                outputs: vec![],
+                message: Some("output 0: 3 of 189 elements differ".into()),
+                repeat_of: None,
+            }),
+            message: Some("output 0: 3 of 189 elements differ".into()),
+        });
+        let text = serde_json::to_string(&doc).unwrap();
+        assert!(text.contains(r#""status":"failed""#), "{text}");
+        let back: EvalResult = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
     }
 
     #[test]

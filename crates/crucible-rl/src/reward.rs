@@ -8,10 +8,17 @@
 //! speedup": the speed term is 0 in `drkernel`, `weighted` and `hierarchical`, and the below-1
 //! tier (−0.1) in `tiered`. A non-finite or non-positive speedup is treated as null, since no real
 //! measurement produces one. A null coverage counts as 0; coverage is clamped to [0, 1].
+//!
+//! Every recipe can take `shape_specialized_penalty` P (default 0, i.e. off): a correct result
+//! with the flag `shape-specialized` (it failed the judge's generalization trial at other task
+//! sizes) scores P less. With the default every reward is what the recipe alone gives.
 
 use crucible_result::{EvalResult, Severity, Verdict};
 
 use crate::error::{Error, Result};
+
+/// The judge's finding for a candidate that fails its generalization trial.
+pub const SHAPE_SPECIALIZED: &str = "shape-specialized";
 
 /// What a judge result says about the candidate, in the terms the recipes use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +42,8 @@ pub struct Outcome {
     pub speedup: Option<f64>,
     /// In [0, 1], or `None`.
     pub coverage: Option<f64>,
+    /// The judge flagged the candidate `shape-specialized`: correct at the task's sizes only.
+    pub shape_specialized: bool,
 }
 
 impl Outcome {
@@ -60,11 +69,21 @@ impl Outcome {
                 .coverage
                 .filter(|c| c.is_finite())
                 .map(|c| c.clamp(0.0, 1.0)),
+            shape_specialized: result.findings.iter().any(|f| f.code == SHAPE_SPECIALIZED),
         })
     }
 
     pub fn is_correct(&self) -> bool {
         self.kind == Kind::Correct
+    }
+
+    /// `penalty` for a correct but shape-specialized result, else 0.
+    fn specialization_penalty(&self, penalty: f64) -> f64 {
+        if self.is_correct() && self.shape_specialized {
+            penalty
+        } else {
+            0.0
+        }
     }
 
     fn speedup_or_zero(&self) -> f64 {
@@ -91,11 +110,16 @@ pub fn is_hack(result: &EvalResult) -> bool {
 pub struct DrKernel {
     /// Speedup cap; 3.0 in the recipe.
     pub speedup_cap: f64,
+    /// Subtracted from a correct, shape-specialized result; 0 (off) by default.
+    pub shape_specialized_penalty: f64,
 }
 
 impl Default for DrKernel {
     fn default() -> Self {
-        DrKernel { speedup_cap: 3.0 }
+        DrKernel {
+            speedup_cap: 3.0,
+            shape_specialized_penalty: 0.0,
+        }
     }
 }
 
@@ -105,6 +129,7 @@ impl DrKernel {
             return 0.0;
         }
         0.5 + 0.5 * o.speedup_or_zero().min(self.speedup_cap) + 0.5 * o.coverage_or_zero()
+            - o.specialization_penalty(self.shape_specialized_penalty)
     }
 }
 
@@ -117,6 +142,8 @@ pub struct Weighted {
     pub coverage_weight: f64,
     /// 1.01 in the recipe: a speedup within timing noise of 1 does not count.
     pub speedup_threshold: f64,
+    /// Subtracted from a correct, shape-specialized result; 0 (off) by default.
+    pub shape_specialized_penalty: f64,
 }
 
 impl Default for Weighted {
@@ -124,6 +151,7 @@ impl Default for Weighted {
         Weighted {
             coverage_weight: 0.5,
             speedup_threshold: 1.01,
+            shape_specialized_penalty: 0.0,
         }
     }
 }
@@ -135,6 +163,7 @@ impl Weighted {
         }
         let fast = o.speedup.is_some_and(|s| s >= self.speedup_threshold);
         0.5 + if fast { 0.5 } else { 0.0 } + self.coverage_weight * o.coverage_or_zero()
+            - o.specialization_penalty(self.shape_specialized_penalty)
     }
 }
 
@@ -151,6 +180,8 @@ pub struct Tiered {
     pub below_one: f64,
     /// `(minimum speedup, reward)`, ascending by speedup.
     pub tiers: Vec<(f64, f64)>,
+    /// Subtracted from a correct, shape-specialized result; 0 (off) by default.
+    pub shape_specialized_penalty: f64,
 }
 
 impl Default for Tiered {
@@ -162,6 +193,7 @@ impl Default for Tiered {
             incorrect: -0.3,
             below_one: -0.1,
             tiers: vec![(1.0, 0.2), (1.2, 0.4), (1.5, 0.6), (2.0, 0.8), (3.0, 1.0)],
+            shape_specialized_penalty: 0.0,
         }
     }
 }
@@ -180,6 +212,7 @@ impl Tiered {
                     .rev()
                     .find(|(min, _)| s >= *min)
                     .map_or(self.below_one, |(_, r)| *r)
+                    - o.specialization_penalty(self.shape_specialized_penalty)
             }
         }
     }
@@ -194,7 +227,8 @@ impl Tiered {
 ///
 /// `syntax` is "not a compile failure" and `functional` is "not a hack". The scalar reward is
 /// `alpha·plan + (1 − alpha)·code`; the segment boundary only decides which tokens a trainer gives
-/// which reward (see [`Hierarchical::split`]).
+/// which reward (see [`Hierarchical::split`]). A shape-specialization penalty P is taken from
+/// both segments, so the total drops by exactly P, as in the other recipes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hierarchical {
     /// Plan weight α in [0, 1].
@@ -202,6 +236,8 @@ pub struct Hierarchical {
     /// The text that ends the plan segment, e.g. `</think>`.
     pub boundary: String,
     pub speedup_threshold: f64,
+    /// Subtracted from both segments of a correct, shape-specialized result; 0 (off) by default.
+    pub shape_specialized_penalty: f64,
 }
 
 impl Default for Hierarchical {
@@ -210,6 +246,7 @@ impl Default for Hierarchical {
             alpha: 0.5,
             boundary: "</think>".to_string(),
             speedup_threshold: 1.0,
+            shape_specialized_penalty: 0.0,
         }
     }
 }
@@ -229,8 +266,9 @@ impl Hierarchical {
         let functional = o.kind != Kind::Hack;
         let gate = if syntax && functional { 1.0 } else { 0.0 };
         let fast = o.is_correct() && o.speedup.is_some_and(|s| s > self.speedup_threshold);
-        let plan = gate * if fast { 1.0 } else { 0.0 };
-        let code = gate * if o.is_correct() { 1.0 } else { 0.0 };
+        let penalty = o.specialization_penalty(self.shape_specialized_penalty);
+        let plan = gate * if fast { 1.0 } else { 0.0 } - penalty;
+        let code = gate * if o.is_correct() { 1.0 } else { 0.0 } - penalty;
         SegmentRewards {
             plan,
             code,
@@ -273,6 +311,25 @@ impl Recipe {
         })
     }
 
+    /// Sets the penalty for a correct, shape-specialized result (any recipe).
+    pub fn set_shape_specialized_penalty(&mut self, penalty: f64) {
+        match self {
+            Recipe::DrKernel(r) => r.shape_specialized_penalty = penalty,
+            Recipe::Weighted(r) => r.shape_specialized_penalty = penalty,
+            Recipe::Tiered(r) => r.shape_specialized_penalty = penalty,
+            Recipe::Hierarchical(r) => r.shape_specialized_penalty = penalty,
+        }
+    }
+
+    pub fn shape_specialized_penalty(&self) -> f64 {
+        match self {
+            Recipe::DrKernel(r) => r.shape_specialized_penalty,
+            Recipe::Weighted(r) => r.shape_specialized_penalty,
+            Recipe::Tiered(r) => r.shape_specialized_penalty,
+            Recipe::Hierarchical(r) => r.shape_specialized_penalty,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Recipe::DrKernel(_) => "drkernel",
@@ -295,6 +352,13 @@ impl Recipe {
                 })
             }
         };
+        let penalty = self.shape_specialized_penalty();
+        check(
+            "shape_specialized_penalty",
+            penalty,
+            penalty >= 0.0,
+            "must be zero or positive",
+        )?;
         match self {
             Recipe::DrKernel(r) => check(
                 "speedup_cap",
@@ -363,6 +427,7 @@ impl Recipe {
             kind: Kind::CompileError,
             speedup: None,
             coverage: None,
+            shape_specialized: false,
         })
     }
 }
@@ -408,6 +473,7 @@ pub(crate) mod tests {
             },
             size_profile: "full".into(),
             trials: vec![],
+            generalization: None,
             launches: vec![],
             task: file("task.py"),
             candidate: file("cand.py"),
@@ -560,6 +626,78 @@ pub(crate) mod tests {
             assert!(close(reward("drkernel", &r), 0.5), "speedup {s}");
             assert_eq!(reward("tiered", &r), -0.1, "speedup {s}");
         }
+    }
+
+    fn specialized(verdict: Verdict, speedup: Option<f64>) -> EvalResult {
+        let mut r = result(verdict, speedup, Some(0.8));
+        r.findings.push(Finding {
+            code: SHAPE_SPECIALIZED.into(),
+            severity: Severity::Flag,
+            message: "fails at other sizes".into(),
+            line: None,
+            column: None,
+        });
+        r
+    }
+
+    #[test]
+    fn shape_specialization_costs_nothing_by_default() {
+        for name in Recipe::NAMES {
+            let recipe = Recipe::from_name(name).unwrap();
+            for speedup in [None, Some(0.8), Some(2.0)] {
+                let plain = recipe
+                    .reward(&result(Verdict::Correct, speedup, Some(0.8)))
+                    .unwrap();
+                let flagged = recipe
+                    .reward(&specialized(Verdict::Correct, speedup))
+                    .unwrap();
+                assert_eq!(plain, flagged, "{name}, speedup {speedup:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_penalty_lowers_only_correct_specialized_results_by_exactly_p() {
+        for name in Recipe::NAMES {
+            let plain = Recipe::from_name(name).unwrap();
+            let mut penalised = plain.clone();
+            penalised.set_shape_specialized_penalty(0.25);
+            assert!(penalised.validate().is_ok());
+            for speedup in [None, Some(0.8), Some(2.0)] {
+                let base = plain
+                    .reward(&specialized(Verdict::Correct, speedup))
+                    .unwrap();
+                let got = penalised
+                    .reward(&specialized(Verdict::Correct, speedup))
+                    .unwrap();
+                assert!(close(got, base - 0.25), "{name}: {got} vs {base} - 0.25");
+                // Unflagged results are untouched.
+                let clean = result(Verdict::Correct, speedup, Some(0.8));
+                assert_eq!(
+                    penalised.reward(&clean).unwrap(),
+                    plain.reward(&clean).unwrap()
+                );
+            }
+            // A wrong result is not specialized, it is wrong: no double charge.
+            let wrong = specialized(Verdict::Incorrect, None);
+            assert_eq!(
+                penalised.reward(&wrong).unwrap(),
+                plain.reward(&wrong).unwrap(),
+                "{name}"
+            );
+        }
+        // Tiered, by hand: correct at 1.5x is 0.6, specialized 0.6 - 0.25.
+        let mut tiered = Recipe::from_name("tiered").unwrap();
+        tiered.set_shape_specialized_penalty(0.25);
+        let r = tiered
+            .reward(&specialized(Verdict::Correct, Some(1.5)))
+            .unwrap();
+        assert!(close(r, 0.35));
+        let mut bad = Recipe::from_name("drkernel").unwrap();
+        bad.set_shape_specialized_penalty(-1.0);
+        assert!(bad.validate().is_err());
+        bad.set_shape_specialized_penalty(f64::NAN);
+        assert!(bad.validate().is_err());
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::{
-    EvalConfig, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers,
+    EvalConfig, Generalize, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport,
+    Workers,
 };
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 
@@ -46,6 +47,10 @@ pub struct EvalArgs {
     /// Task size profile (`small`, `full`); default: `small` on the CPU when the task has one.
     #[arg(long)]
     profile: Option<String>,
+    /// One more trial with the task's size constants changed (odd, smaller sizes): a candidate
+    /// that fails it is flagged `shape-specialized`. `auto`: for tasks that declare `GENERALIZE`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    generalize: String,
     /// Skip timing and profiling on a GPU (correctness only).
     #[arg(long)]
     no_timing: bool,
@@ -99,6 +104,8 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
     cfg.tolerance = ToleranceProfile::parse(&args.tolerance)
         .with_context(|| format!("unknown tolerance profile `{}`", args.tolerance))?;
     cfg.size_profile = args.profile.clone();
+    cfg.generalize = Generalize::parse(&args.generalize)
+        .with_context(|| format!("unknown --generalize `{}`", args.generalize))?;
     cfg.timing = (!args.no_timing).then(|| TimingConfig {
         warmup: args.warmup,
         iters: args.iters,
@@ -411,6 +418,21 @@ fn print_summary(r: &EvalResult) {
             t.candidate.median_ms,
             t.candidate.cv * 100.0,
             fmt_opt(r.coverage, |c| format!("{:.1}%", c * 100.0)),
+        );
+    }
+    if let Some(g) = &r.generalization {
+        let sizes: Vec<String> = g
+            .constants
+            .iter()
+            .map(|c| format!("{} {} -> {}", c.name, c.from, c.to))
+            .collect();
+        println!(
+            "  generalization: {:?} ({})",
+            g.status,
+            g.message
+                .as_deref()
+                .map(|m| m.lines().next().unwrap_or("").to_string())
+                .unwrap_or_else(|| sizes.join(", "))
         );
     }
     if let Some(reason) = &r.timing_skipped {

@@ -26,6 +26,10 @@ struct RecipeParams {
     /// hierarchical: text that ends the plan segment [default: </think>].
     #[arg(long, value_name = "TEXT")]
     boundary: Option<String>,
+    /// Any recipe: subtract P from a correct result flagged `shape-specialized` (it failed the
+    /// judge's generalization trial at other task sizes) [default: 0, off].
+    #[arg(long, value_name = "P")]
+    shape_specialized_penalty: Option<f64>,
 }
 
 #[derive(clap::Args)]
@@ -114,6 +118,9 @@ fn build_recipe(name: &str, p: &RecipeParams) -> anyhow::Result<Recipe> {
         _ if p.alpha.is_some() => bail!(only("--alpha", "hierarchical")),
         _ if p.boundary.is_some() => bail!(only("--boundary", "hierarchical")),
         _ => {}
+    }
+    if let Some(penalty) = p.shape_specialized_penalty {
+        recipe.set_shape_specialized_penalty(penalty);
     }
     recipe.validate()?;
     Ok(recipe)
@@ -209,7 +216,8 @@ pub fn run_advantages(args: AdvantagesArgs) -> anyhow::Result<ExitCode> {
         Some(name) => Some(build_recipe(name, &args.params)?),
         None if args.params.coverage_weight.is_some()
             || args.params.alpha.is_some()
-            || args.params.boundary.is_some() =>
+            || args.params.boundary.is_some()
+            || args.params.shape_specialized_penalty.is_some() =>
         {
             bail!("recipe parameters need --recipe")
         }
@@ -344,6 +352,35 @@ mod tests {
             e.contains("bad.json") && e.contains("2 non-empty lines"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_shape_specialized_penalty_applies_to_any_recipe_and_needs_one() {
+        let params = |penalty| RecipeParams {
+            coverage_weight: None,
+            alpha: None,
+            boundary: None,
+            shape_specialized_penalty: penalty,
+        };
+        for name in Recipe::NAMES {
+            let recipe = build_recipe(name, &params(Some(0.25))).unwrap();
+            assert_eq!(recipe.shape_specialized_penalty(), 0.25, "{name}");
+            let default = build_recipe(name, &params(None)).unwrap();
+            assert_eq!(default.shape_specialized_penalty(), 0.0, "{name}");
+        }
+        assert!(build_recipe("tiered", &params(Some(-1.0))).is_err());
+        let e = advantages(&[
+            "--in",
+            "t.jsonl",
+            "--out",
+            "b.jsonl",
+            "--estimator",
+            "grpo",
+            "--shape-specialized-penalty",
+            "0.5",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("need --recipe"), "{e}");
     }
 
     #[test]

@@ -45,6 +45,15 @@ fn honest_builtin_solutions_are_correct() {
         );
         assert!(r.timing.is_none(), "no timing on the CPU");
         assert!(!r.launches.is_empty(), "{} launched no kernel", r.task.name);
+        // Every builtin task declares GENERALIZE, and no honest solution is shape-specialized.
+        let generalized = r.generalization.as_ref().map(|g| g.status);
+        assert_eq!(
+            generalized,
+            Some(crucible_result::GeneralizationStatus::Passed),
+            "{}: {:#?}",
+            r.task.name,
+            r.generalization
+        );
         assert!(
             r.findings
                 .iter()
