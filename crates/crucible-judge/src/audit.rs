@@ -18,6 +18,7 @@ use crucible_result::{FailureClass, Seeds, Severity, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::device::Device;
 use crate::judge::{EvalConfig, StageLimits, ToleranceProfile, derive_seeds, evaluate, fresh_seed};
 use crate::process::{ChannelError, HarnessProcess, Spawn};
 use crate::runtime::Runtime;
@@ -46,8 +47,7 @@ pub enum AuditError {
 
 #[derive(Debug, Clone)]
 pub struct AuditConfig {
-    /// `cpu` or `cuda:N`.
-    pub device: String,
+    pub device: Device,
     /// Trials per task, each with fresh inputs; a null passes only if it passes all of them.
     pub trials: u32,
     /// Base seed; fresh when `None` (the report records it for replay).
@@ -70,9 +70,9 @@ pub struct AuditConfig {
 }
 
 impl AuditConfig {
-    pub fn new(device: &str) -> AuditConfig {
+    pub fn new(device: Device) -> AuditConfig {
         AuditConfig {
-            device: device.to_string(),
+            device,
             trials: 5,
             seed: None,
             tolerance: ToleranceProfile::KbV0,
@@ -272,8 +272,8 @@ impl Auditor<'_> {
             let mut process = HarnessProcess::spawn(Spawn {
                 python: self.runtime.python.clone(),
                 module: "crucible_harness.audit",
-                env: crate::runtime::harness_env(self.runtime, &self.cfg.device, &self.home)
-                    .map_err(AuditError::Start)?,
+                env: crate::runtime::harness_env(self.runtime, self.cfg.device, &self.home)
+                    .map_err(|e| AuditError::Start(e.to_string()))?,
                 cwd: self.home.clone(),
                 sandbox: None,
             })
@@ -301,7 +301,7 @@ impl Auditor<'_> {
             "op": "audit",
             "task_path": task,
             "profile": cfg.size_profile.as_deref().unwrap_or("auto"),
-            "device": crate::runtime::harness_device(&cfg.device),
+            "device": cfg.device.harness_name(),
             "init_seed": seeds.init,
             "seeds": seeds.trials,
             "tolerance": cfg.tolerance.referee_json(),
@@ -387,14 +387,14 @@ fn run_disguise(
         .unwrap_or_else(|| "task".into());
     // The judge writes the candidate into its own scratch directory; the path only names it.
     let candidate_path = PathBuf::from(format!("disguise/{stem}.py"));
-    let mut eval_cfg = EvalConfig::new(&cfg.device);
+    let mut eval_cfg = EvalConfig::new(cfg.device);
     eval_cfg.seed = Some(seeds.base);
     eval_cfg.trials = cfg.trials;
     eval_cfg.tolerance = cfg.tolerance;
     eval_cfg.size_profile = cfg.size_profile.clone();
     eval_cfg.timing = None;
     eval_cfg.sandbox = cfg.sandbox.clone();
-    eval_cfg.limits = StageLimits::for_device(&cfg.device);
+    eval_cfg.limits = StageLimits::for_device(cfg.device);
     let judge = |eval_cfg: &EvalConfig| {
         let started = Instant::now();
         let result = evaluate(
@@ -459,7 +459,7 @@ pub fn audit(
     let mut report = AuditReport {
         schema: SCHEMA.to_string(),
         suite: suite.display().to_string(),
-        device: cfg.device.clone(),
+        device: cfg.device.to_string(),
         tolerance: cfg.tolerance.name().to_string(),
         trials: cfg.trials.max(1),
         seeds: seeds.clone(),

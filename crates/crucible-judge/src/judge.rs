@@ -14,8 +14,9 @@ use crucible_result::{
 };
 use serde_json::{Value, json};
 
+use crate::device::Device;
 use crate::process::{ChannelError, HarnessProcess, Spawn};
-use crate::runtime::{Runtime, harness_device, harness_env, hex};
+use crate::runtime::{Runtime, harness_env, hex};
 use crate::sandbox::Sandbox;
 use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
@@ -105,8 +106,8 @@ pub struct StageLimits {
 }
 
 impl StageLimits {
-    pub fn for_device(device: &str) -> StageLimits {
-        let cpu = device == "cpu";
+    pub fn for_device(device: Device) -> StageLimits {
+        let cpu = !device.is_gpu();
         StageLimits {
             start: Duration::from_secs(120),
             load: Duration::from_secs(60),
@@ -117,7 +118,7 @@ impl StageLimits {
 
     /// The same deadline for every candidate stage (start-up excluded: importing torch is the
     /// judge's cost, not the candidate's).
-    pub fn uniform(device: &str, stage: Duration) -> StageLimits {
+    pub fn uniform(device: Device, stage: Duration) -> StageLimits {
         StageLimits {
             load: stage,
             trial: stage,
@@ -129,8 +130,7 @@ impl StageLimits {
 
 #[derive(Debug, Clone)]
 pub struct EvalConfig {
-    /// `cpu` or `cuda:N`.
-    pub device: String,
+    pub device: Device,
     /// Replays an earlier evaluation; fresh randomness when `None`.
     pub seed: Option<u64>,
     pub trials: u32,
@@ -150,9 +150,9 @@ pub struct EvalConfig {
 }
 
 impl EvalConfig {
-    pub fn new(device: &str) -> EvalConfig {
+    pub fn new(device: Device) -> EvalConfig {
         EvalConfig {
-            device: device.to_string(),
+            device,
             seed: None,
             trials: 5,
             tolerance: ToleranceProfile::KbV0,
@@ -168,7 +168,7 @@ impl EvalConfig {
     }
 
     fn is_gpu(&self) -> bool {
-        self.device.starts_with("cuda")
+        self.device.is_gpu()
     }
 
     fn transport_name(&self) -> &'static str {
@@ -402,7 +402,7 @@ pub fn evaluate_with(
         trials: Vec::new(),
         launches: Vec::new(),
         env: crucible_result::Env {
-            device: cfg.device.clone(),
+            device: cfg.device.to_string(),
             crucible: env!("CARGO_PKG_VERSION").to_string(),
             triton_interpret: !cfg.is_gpu(),
             ..Default::default()
@@ -559,7 +559,7 @@ pub struct Workers {
     candidate_dir: tempfile::TempDir,
     shared_dir: PathBuf,
     missing_sandbox: Vec<&'static str>,
-    device: String,
+    device: Device,
     // Dropped last: the processes map files inside it.
     _referee_dir: tempfile::TempDir,
 }
@@ -606,8 +606,10 @@ impl Workers {
             .as_ref()
             .map(Sandbox::missing_features)
             .unwrap_or_default();
-        let referee_env = harness_env(runtime, &cfg.device, referee_dir.path())?;
-        let candidate_env = harness_env(runtime, &cfg.device, candidate_dir.path())?;
+        let referee_env =
+            harness_env(runtime, cfg.device, referee_dir.path()).map_err(|e| e.to_string())?;
+        let candidate_env =
+            harness_env(runtime, cfg.device, candidate_dir.path()).map_err(|e| e.to_string())?;
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
@@ -637,7 +639,7 @@ impl Workers {
             candidate_dir,
             shared_dir,
             missing_sandbox,
-            device: cfg.device.clone(),
+            device: cfg.device,
             _referee_dir: referee_dir,
         })
     }
@@ -741,7 +743,7 @@ fn run_started(
                 "op": "init",
                 "task_path": task_abs,
                 "profile": eval.size_profile,
-                "device": harness_device(&cfg.device),
+                "device": cfg.device.harness_name(),
                 "transport": cfg.transport_name(),
                 "scratch": referee_dir,
                 "init_seed": seeds.init,
@@ -771,7 +773,7 @@ fn run_started(
             json!({
                 "op": "load",
                 "candidate_path": candidate_file,
-                "device": harness_device(&cfg.device),
+                "device": cfg.device.harness_name(),
                 "init_seed": seeds.init,
                 "init_inputs": init,
             }),

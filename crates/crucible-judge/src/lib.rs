@@ -8,6 +8,7 @@
 //! about rewards, queues or HTTP.
 
 pub mod audit;
+pub mod device;
 pub mod judge;
 pub mod process;
 pub mod runtime;
@@ -15,6 +16,7 @@ pub mod sandbox;
 mod timing;
 
 pub use crucible_verify::Policy as VerifyPolicy;
+pub use device::{Device, DeviceError};
 pub use judge::{
     EvalConfig, Generalize, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers,
     evaluate, evaluate_with,

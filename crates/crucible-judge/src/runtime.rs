@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::device::{Device, DeviceError};
+
 /// The harness sources, embedded at build time.
 const HARNESS_FILES: &[(&str, &str)] = &[
     (
@@ -147,50 +149,6 @@ fn write_harness(cache: &Path) -> Result<PathBuf, RuntimeError> {
     Ok(root)
 }
 
-/// The device name a harness process is told to use. A GPU evaluation sees exactly one GPU, the
-/// requested one, as `cuda:0` (see [`harness_env`]).
-pub(crate) fn harness_device(device: &str) -> &'static str {
-    if device.starts_with("cuda") {
-        "cuda:0"
-    } else {
-        "cpu"
-    }
-}
-
-/// The `CUDA_VISIBLE_DEVICES` entry for `cuda:N`, counted in this process's own view of the GPUs
-/// (`visible` is this process's `CUDA_VISIBLE_DEVICES`, if set): `None` on the CPU.
-pub(crate) fn physical_gpu(device: &str, visible: Option<&str>) -> Result<Option<String>, String> {
-    let Some(rest) = device.strip_prefix("cuda") else {
-        return Ok(None);
-    };
-    let index: usize = match rest.strip_prefix(':') {
-        None if rest.is_empty() => 0,
-        Some(n) => n
-            .parse()
-            .map_err(|_| format!("`{device}` is not a device: use `cpu` or `cuda:N`"))?,
-        None => return Err(format!("`{device}` is not a device: use `cpu` or `cuda:N`")),
-    };
-    match visible {
-        None => Ok(Some(index.to_string())),
-        Some(list) => {
-            let entries: Vec<&str> = list
-                .split(',')
-                .map(str::trim)
-                .filter(|e| !e.is_empty())
-                .collect();
-            entries
-                .get(index)
-                .map(|e| Some((*e).to_string()))
-                .ok_or_else(|| {
-                    format!(
-                        "`{device}` does not exist: CUDA_VISIBLE_DEVICES={list} shows {} GPU(s)",
-                        entries.len()
-                    )
-                })
-        }
-    }
-}
-
 /// The whole environment of a harness process (referee, candidate or audit), built from
 /// nothing: the caller's own environment never leaks into it.
 ///
@@ -201,13 +159,10 @@ pub(crate) fn physical_gpu(device: &str, visible: Option<&str>) -> Result<Option
 /// tenant's GPU either.
 pub(crate) fn harness_env(
     runtime: &Runtime,
-    device: &str,
+    device: Device,
     home: &Path,
-) -> Result<Vec<(String, String)>, String> {
-    let gpu = physical_gpu(
-        device,
-        std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
-    )?;
+) -> Result<Vec<(String, String)>, DeviceError> {
+    let gpu = device.visible_entry(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())?;
     let mut env = vec![
         (
             "PYTHONPATH".to_string(),
@@ -224,7 +179,7 @@ pub(crate) fn harness_env(
             home.join("triton").display().to_string(),
         ),
         ("TMPDIR".into(), home.display().to_string()),
-        ("CRUCIBLE_DEVICE".into(), harness_device(device).to_string()),
+        ("CRUCIBLE_DEVICE".into(), device.harness_name().to_string()),
     ];
     // Only what the runtimes need to find their libraries and devices; tokens, queue URLs
     // and the rest of the judge's environment never reach the harness.
@@ -248,26 +203,4 @@ pub(crate) fn harness_env(
         }
     }
     Ok(env)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_gpu_index_names_one_entry_of_the_visible_list() {
-        assert_eq!(physical_gpu("cpu", None), Ok(None));
-        assert_eq!(physical_gpu("cuda:3", None), Ok(Some("3".into())));
-        assert_eq!(physical_gpu("cuda", None), Ok(Some("0".into())));
-        assert_eq!(physical_gpu("cuda:1", Some("4, 6")), Ok(Some("6".into())));
-        assert_eq!(
-            physical_gpu("cuda:0", Some("GPU-1f2e,GPU-77aa")),
-            Ok(Some("GPU-1f2e".into()))
-        );
-        assert!(physical_gpu("cuda:2", Some("4,6")).is_err());
-        assert!(physical_gpu("cuda:x", None).is_err());
-        assert!(physical_gpu("cudax", None).is_err());
-        assert_eq!(harness_device("cuda:7"), "cuda:0");
-        assert_eq!(harness_device("cpu"), "cpu");
-    }
 }

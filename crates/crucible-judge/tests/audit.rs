@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crucible_judge::Runtime;
 use crucible_judge::audit::{AuditConfig, AuditReport, TaskAudit, audit, discover_tasks};
+use crucible_judge::{Device, Runtime};
 use crucible_result::{FailureClass, Verdict};
 
 fn fixture(name: &str) -> PathBuf {
@@ -20,7 +20,7 @@ fn runtime() -> Runtime {
 }
 
 fn config() -> AuditConfig {
-    let mut cfg = AuditConfig::new("cpu");
+    let mut cfg = AuditConfig::new(Device::Cpu);
     cfg.seed = Some(2024);
     cfg.disguise = false;
     cfg

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crucible_judge::{EvalConfig, Runtime, StageLimits, evaluate};
+use crucible_judge::{Device, EvalConfig, Runtime, StageLimits, evaluate};
 use crucible_result::{EvalResult, FailureClass, Severity, Verdict};
 
 fn fixture(name: &str) -> PathBuf {
@@ -33,8 +33,8 @@ fn judge_with(task: &str, candidate: &str, cfg: &EvalConfig) -> EvalResult {
 
 /// Runtime behaviour only: the static verifier would stop most of these candidates first.
 fn runtime_config() -> EvalConfig {
-    let mut cfg = EvalConfig::new("cpu");
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(30));
+    let mut cfg = EvalConfig::new(Device::Cpu);
+    cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(30));
     cfg.verify_policy = None;
     cfg
 }
@@ -198,7 +198,7 @@ fn out_of_memory_is_a_runtime_error() {
 #[test]
 fn infinite_loop_times_out_in_its_stage() {
     let mut cfg = runtime_config();
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(3));
+    cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(3));
     cfg.verify_policy = None;
     let result = judge_with("task_relu.py", "infinite_loop.py", &cfg);
     assert_failure(&result, Verdict::Timeout, FailureClass::Timeout);
@@ -273,7 +273,7 @@ fn a_crash_does_not_affect_the_next_evaluation() {
 
 #[test]
 fn verifier_rejects_before_any_process_starts() {
-    let result = judge_with("task_relu.py", "segfault.py", &EvalConfig::new("cpu"));
+    let result = judge_with("task_relu.py", "segfault.py", &EvalConfig::new(Device::Cpu));
     assert_failure(&result, Verdict::Rejected, FailureClass::Rejected);
     assert_eq!(result.failure.as_ref().unwrap().stage, "verify");
     assert!(
@@ -290,7 +290,11 @@ fn verifier_rejects_before_any_process_starts() {
 
 #[test]
 fn verifier_reports_syntax_errors_with_line_and_column() {
-    let result = judge_with("task_relu.py", "syntax_error.py", &EvalConfig::new("cpu"));
+    let result = judge_with(
+        "task_relu.py",
+        "syntax_error.py",
+        &EvalConfig::new(Device::Cpu),
+    );
     assert_failure(&result, Verdict::CompileError, FailureClass::SyntaxError);
     let failure = result.failure.unwrap();
     assert_eq!(failure.stage, "verify");
@@ -303,7 +307,11 @@ fn verifier_reports_syntax_errors_with_line_and_column() {
 
 #[test]
 fn honest_candidate_passes_the_strict_verifier() {
-    let result = judge_with("task_relu.py", "honest_relu.py", &EvalConfig::new("cpu"));
+    let result = judge_with(
+        "task_relu.py",
+        "honest_relu.py",
+        &EvalConfig::new(Device::Cpu),
+    );
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     assert!(result.findings.iter().all(|f| f.severity == Severity::Info));
 }

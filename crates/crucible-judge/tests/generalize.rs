@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crucible_judge::{EvalConfig, Generalize, Runtime, StageLimits, evaluate};
+use crucible_judge::{Device, EvalConfig, Generalize, Runtime, StageLimits, evaluate};
 use crucible_result::{EvalResult, GeneralizationStatus, Severity, StageStatus, Verdict};
 
 fn fixture(name: &str) -> PathBuf {
@@ -24,8 +24,8 @@ fn judge_with(task: &str, candidate: &str, cfg: &EvalConfig) -> EvalResult {
 /// Runtime behaviour only (the verifier would flag some of these fallbacks first), with the
 /// default `--generalize auto`: the fixture tasks declare `GENERALIZE`.
 fn config() -> EvalConfig {
-    let mut cfg = EvalConfig::new("cpu");
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(30));
+    let mut cfg = EvalConfig::new(Device::Cpu);
+    cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(30));
     cfg.verify_policy = None;
     cfg
 }
@@ -165,7 +165,7 @@ fn a_crash_in_the_generalization_trial_is_only_a_flag() {
 #[test]
 fn a_hang_in_the_generalization_trial_is_only_a_flag() {
     let mut cfg = config();
-    cfg.limits = StageLimits::uniform("cpu", Duration::from_secs(5));
+    cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(5));
     let result = judge_with("task_generalize_relu.py", "specialized_hang.py", &cfg);
     assert_correct(&result);
     let message = specialized_message(&result);

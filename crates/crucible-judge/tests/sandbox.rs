@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crucible_judge::sandbox::Layers;
-use crucible_judge::{EvalConfig, Runtime, Sandbox, StageLimits, Transport, evaluate};
+use crucible_judge::{Device, EvalConfig, Runtime, Sandbox, StageLimits, Transport, evaluate};
 use crucible_result::{EvalResult, Verdict};
 
 fn fixture(name: &str) -> PathBuf {
@@ -30,14 +30,16 @@ fn runtime() -> Runtime {
 }
 
 /// `cpu`, or the GPU named by `CRUCIBLE_TEST_DEVICE` (scripts/gpu-check runs these tests there).
-fn test_device() -> String {
-    std::env::var("CRUCIBLE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into())
+fn test_device() -> Device {
+    std::env::var("CRUCIBLE_TEST_DEVICE")
+        .map(|name| name.parse().expect("CRUCIBLE_TEST_DEVICE=cpu|cuda:N"))
+        .unwrap_or(Device::Cpu)
 }
 
 /// The default sandbox, with the GPU layers `CRUCIBLE_GPU_SANDBOX` names, if set.
 fn test_sandbox() -> Sandbox {
     let mut sandbox = Sandbox {
-        gpu_devices: test_device() != "cpu",
+        gpu_devices: test_device().is_gpu(),
         ..Sandbox::default()
     };
     if let Ok(layers) = std::env::var("CRUCIBLE_GPU_SANDBOX") {
@@ -49,9 +51,9 @@ fn test_sandbox() -> Sandbox {
 /// Runtime behaviour only: the static verifier would refuse most of these files first.
 fn config() -> EvalConfig {
     let device = test_device();
-    let mut cfg = EvalConfig::new(&device);
+    let mut cfg = EvalConfig::new(device);
     cfg.sandbox = Some(test_sandbox());
-    cfg.limits = StageLimits::uniform(&device, Duration::from_secs(60));
+    cfg.limits = StageLimits::uniform(device, Duration::from_secs(60));
     cfg.verify_policy = None;
     cfg.size_profile = Some("small".into());
     cfg.timing = None;
@@ -76,7 +78,7 @@ fn judge(name: &str, values: &[(&str, String)], cfg: &EvalConfig) -> EvalResult 
 fn assert_contained(result: &EvalResult) {
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     // On a GPU some layers are off by design; the attacks must be stopped all the same.
-    if test_device() == "cpu" {
+    if !test_device().is_gpu() {
         let missing = Sandbox::default().missing_features();
         assert!(
             missing.is_empty(),
@@ -353,7 +355,7 @@ fn judge_for_the_orphan_test() {
         return;
     };
     let mut cfg = config();
-    cfg.limits = StageLimits::uniform(&test_device(), Duration::from_secs(600));
+    cfg.limits = StageLimits::uniform(test_device(), Duration::from_secs(600));
     judge(
         "sandbox_fork_escape.py",
         &[("MARKER", marker), ("HANG", "1".into())],
@@ -367,9 +369,12 @@ fn judge_for_the_orphan_test() {
 #[test]
 #[ignore = "needs a GPU: scripts/gpu-check runs it with CRUCIBLE_TEST_DEVICE=cuda:0"]
 fn gpu_candidate_runs_in_the_sandbox() {
-    let device = std::env::var("CRUCIBLE_TEST_DEVICE").expect("CRUCIBLE_TEST_DEVICE=cuda:N");
+    let device: Device = std::env::var("CRUCIBLE_TEST_DEVICE")
+        .expect("CRUCIBLE_TEST_DEVICE=cuda:N")
+        .parse()
+        .expect("CRUCIBLE_TEST_DEVICE=cuda:N");
     for transport in [Transport::Shm, Transport::CudaIpc] {
-        let mut cfg = EvalConfig::new(&device);
+        let mut cfg = EvalConfig::new(device);
         cfg.sandbox = Some(test_sandbox());
         cfg.verify_policy = None;
         cfg.transport = transport;

@@ -4,13 +4,13 @@
 //! a killed run still leaves its rows; `--out` gets the whole report as one JSON document.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::audit::{AuditConfig, AuditReport, NULLS, TaskAudit, audit, discover_tasks};
-use crucible_judge::{Runtime, ToleranceProfile};
+use crucible_judge::{Device, Runtime, ToleranceProfile};
 
 #[derive(clap::Args)]
 pub struct AuditArgs {
@@ -57,14 +57,6 @@ pub struct AuditArgs {
     fail_on_degenerate: bool,
 }
 
-fn detect_device() -> String {
-    if Path::new("/proc/driver/nvidia/gpus").is_dir() || Path::new("/dev/nvidia0").exists() {
-        "cuda:0".into()
-    } else {
-        "cpu".into()
-    }
-}
-
 fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
     if !(value.is_finite() && value >= 0.0) {
         bail!("{flag} must be a non-negative number of seconds");
@@ -73,11 +65,11 @@ fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
 }
 
 fn config(args: &AuditArgs) -> anyhow::Result<AuditConfig> {
-    let device = args.device.clone().unwrap_or_else(detect_device);
-    if device != "cpu" && !device.starts_with("cuda") {
-        bail!("--device must be `cpu` or `cuda:N`, not `{device}`");
-    }
-    let mut cfg = AuditConfig::new(&device);
+    let device = match &args.device {
+        Some(name) => name.parse::<Device>().context("--device")?,
+        None => Device::detect(),
+    };
+    let mut cfg = AuditConfig::new(device);
     cfg.trials = args.trials;
     cfg.seed = args.seed;
     cfg.tolerance = ToleranceProfile::parse(&args.tolerance)

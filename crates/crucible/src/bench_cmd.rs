@@ -19,8 +19,9 @@ pub struct BenchArgs {
     task: PathBuf,
     #[arg(long)]
     candidate: PathBuf,
+    /// `cpu` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: crucible_judge::Device,
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     runs: u32,
     /// Timed iterations per side on a GPU.
@@ -49,7 +50,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read task {}", args.task.display()))?;
     let candidate_src = std::fs::read(&args.candidate)
         .with_context(|| format!("cannot read candidate {}", args.candidate.display()))?;
-    let mut cfg = EvalConfig::new(&args.device);
+    let mut cfg = EvalConfig::new(args.device);
     if let Some(timing) = cfg.timing.as_mut() {
         timing.iters = args.iters;
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::{
-    EvalConfig, Generalize, Runtime, StageLimits, TimingConfig, ToleranceProfile, Transport,
-    Workers,
+    Device, EvalConfig, Generalize, Runtime, StageLimits, TimingConfig, ToleranceProfile,
+    Transport, Workers,
 };
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 
@@ -85,20 +85,12 @@ pub struct EvalArgs {
     jobs: u32,
 }
 
-fn detect_device() -> String {
-    if Path::new("/proc/driver/nvidia/gpus").is_dir() || Path::new("/dev/nvidia0").exists() {
-        "cuda:0".into()
-    } else {
-        "cpu".into()
-    }
-}
-
 fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
-    let device = args.device.clone().unwrap_or_else(detect_device);
-    if device != "cpu" && !device.starts_with("cuda") {
-        bail!("--device must be `cpu` or `cuda:N`, not `{device}`");
-    }
-    let mut cfg = EvalConfig::new(&device);
+    let device = match &args.device {
+        Some(name) => name.parse::<Device>().context("--device")?,
+        None => Device::detect(),
+    };
+    let mut cfg = EvalConfig::new(device);
     cfg.seed = args.seed;
     cfg.trials = args.trials;
     cfg.tolerance = ToleranceProfile::parse(&args.tolerance)
@@ -115,7 +107,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
         if !(secs.is_finite() && secs > 0.0) {
             bail!("--stage-timeout must be a positive number of seconds");
         }
-        cfg.limits = StageLimits::uniform(&device, Duration::from_secs_f64(secs));
+        cfg.limits = StageLimits::uniform(device, Duration::from_secs_f64(secs));
     }
     cfg.transport = match args.transport.as_str() {
         "shm" => Transport::Shm,
@@ -138,7 +130,7 @@ fn read(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
 
 pub fn run(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&args)?;
-    if args.jobs > 1 && cfg.device != "cpu" && cfg.timing.is_some() {
+    if args.jobs > 1 && cfg.device.is_gpu() && cfg.timing.is_some() {
         bail!(
             "-j {} would time several candidates at once on one GPU, and each would slow the \
              others; use -j 1, or --no-timing for correctness only",
