@@ -15,6 +15,7 @@ use crucible_result::{
 use serde_json::{Value, json};
 
 use crate::device::Device;
+use crate::error::InfraError;
 use crate::process::{ChannelError, HarnessProcess, Spawn};
 use crate::runtime::{Runtime, harness_env, hex};
 use crate::sandbox::Sandbox;
@@ -234,7 +235,7 @@ pub fn file_ref(path: &Path, bytes: &[u8]) -> FileRef {
 /// Why an evaluation stopped early.
 enum Stop {
     Candidate(Failure),
-    Infra(String),
+    Infra(InfraError),
 }
 
 struct Evaluation<'a> {
@@ -269,7 +270,7 @@ impl Evaluation<'_> {
         let (status, diagnostics) = match &outcome {
             Ok(_) => (StageStatus::Ok, vec![]),
             Err(Stop::Candidate(failure)) => (StageStatus::Failed, vec![failure.message.clone()]),
-            Err(Stop::Infra(msg)) => (StageStatus::Failed, vec![msg.clone()]),
+            Err(Stop::Infra(error)) => (StageStatus::Failed, vec![error.to_string()]),
         };
         self.stages.push(Stage {
             name: name.to_string(),
@@ -289,15 +290,14 @@ fn referee_call(
 ) -> Result<Value, Stop> {
     match referee.request(&msg, timeout) {
         Ok(reply) if reply["ok"] == json!(true) => Ok(reply),
-        Ok(reply) => Err(Stop::Infra(format!(
-            "referee failed: {}\n{}",
-            reply["error"].as_str().unwrap_or("?"),
-            reply["traceback"].as_str().unwrap_or("")
-        ))),
-        Err(e) => Err(Stop::Infra(format!(
-            "referee {e}\n{}",
-            referee.log_tail(4000)
-        ))),
+        Ok(reply) => Err(Stop::Infra(InfraError::Referee {
+            error: reply["error"].as_str().unwrap_or("?").to_string(),
+            traceback: reply["traceback"].as_str().unwrap_or("").to_string(),
+        })),
+        Err(channel) => Err(Stop::Infra(InfraError::RefereeChannel {
+            channel,
+            log: referee.log_tail(4000),
+        })),
     }
 }
 
@@ -341,7 +341,7 @@ fn candidate_call(
             FailureClass::Crashed,
             format!("the candidate process corrupted the judge's channel: {msg}"),
         )),
-        Err(ChannelError::Io(e)) => Err(Stop::Infra(format!("candidate channel I/O: {e}"))),
+        Err(ChannelError::Io(e)) => Err(Stop::Infra(InfraError::CandidateChannel(e))),
     }
 }
 
@@ -427,14 +427,14 @@ pub fn evaluate_with(
     let failure = match outcome {
         Ok(()) => None,
         Err(Stop::Candidate(failure)) => Some(failure),
-        Err(Stop::Infra(message)) => Some(Failure {
+        Err(Stop::Infra(error)) => Some(Failure {
             class: FailureClass::InfraError,
             stage: eval
                 .stages
                 .last()
                 .map(|s| s.name.clone())
                 .unwrap_or_default(),
-            message,
+            message: error.to_string(),
         }),
     };
     let rejected = eval.findings.iter().any(|f| f.severity == Severity::Reject);
@@ -566,10 +566,8 @@ pub struct Workers {
 
 impl Workers {
     /// Spawns both processes and returns without waiting for them to be ready.
-    pub fn start(runtime: &Runtime, cfg: &EvalConfig) -> Result<Workers, String> {
-        fn io(what: &'static str) -> impl Fn(std::io::Error) -> String {
-            move |e| format!("{what}: {e}")
-        }
+    pub fn start(runtime: &Runtime, cfg: &EvalConfig) -> Result<Workers, InfraError> {
+        let io = InfraError::io;
         // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
         let scratch_parent = Some(Path::new("/dev/shm"))
             .filter(|p| p.is_dir())
@@ -606,10 +604,8 @@ impl Workers {
             .as_ref()
             .map(Sandbox::missing_features)
             .unwrap_or_default();
-        let referee_env =
-            harness_env(runtime, cfg.device, referee_dir.path()).map_err(|e| e.to_string())?;
-        let candidate_env =
-            harness_env(runtime, cfg.device, candidate_dir.path()).map_err(|e| e.to_string())?;
+        let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
+        let candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
@@ -653,16 +649,17 @@ impl Workers {
             match process.receive(timeout) {
                 Ok(hello) if hello["ok"] == json!(true) => {}
                 Ok(hello) => {
-                    return Err(Stop::Infra(format!(
-                        "{who} could not start: {}",
-                        hello["error"].as_str().unwrap_or("?")
-                    )));
+                    return Err(Stop::Infra(InfraError::CannotStart {
+                        who,
+                        reason: hello["error"].as_str().unwrap_or("?").to_string(),
+                    }));
                 }
-                Err(e) => {
-                    return Err(Stop::Infra(format!(
-                        "{who} did not start: {e}\n{}",
-                        process.log_tail(4000)
-                    )));
+                Err(channel) => {
+                    return Err(Stop::Infra(InfraError::DidNotStart {
+                        who,
+                        channel,
+                        log: process.log_tail(4000),
+                    }));
                 }
             }
         }
@@ -701,11 +698,10 @@ fn run(
             ),
         ));
     }
-    let infra = |what: &str, e: std::io::Error| Stop::Infra(format!("{what}: {e}"));
+    let infra = |what| move |e| Stop::Infra(InfraError::io(what)(e));
     let candidate_file = workers.candidate_dir.path().join("solution.py");
-    std::fs::write(&candidate_file, candidate_src)
-        .map_err(|e| infra("writing the candidate file", e))?;
-    let task_abs = std::fs::canonicalize(task_path).map_err(|e| infra("reading the task", e))?;
+    std::fs::write(&candidate_file, candidate_src).map_err(infra("writing the candidate file"))?;
+    let task_abs = std::fs::canonicalize(task_path).map_err(infra("reading the task"))?;
     let shared_dir = workers.shared_dir.clone();
     let outcome = run_started(
         eval,
@@ -945,7 +941,10 @@ fn run_started(
         Stats::from_samples(&reference),
         Stats::from_samples(&candidate_samples),
     ) else {
-        return Err(Stop::Infra("timing returned no samples".into()));
+        return Err(Stop::Infra(InfraError::Protocol {
+            who: "harness",
+            detail: "timing returned no samples".into(),
+        }));
     };
     *timing_out = Some(Timing {
         reference,
@@ -1067,7 +1066,12 @@ fn samples(reply: &Value) -> Result<Vec<f64>, Stop> {
     reply["samples_ms"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .ok_or_else(|| Stop::Infra("timing reply without samples".into()))
+        .ok_or_else(|| {
+            Stop::Infra(InfraError::Protocol {
+                who: "harness",
+                detail: "timing reply without samples".into(),
+            })
+        })
 }
 
 /// Records one trial; returns whether it passed.

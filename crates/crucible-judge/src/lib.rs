@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod device;
+pub mod error;
 pub mod judge;
 pub mod process;
 pub mod runtime;
@@ -17,6 +18,7 @@ mod timing;
 
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
+pub use error::InfraError;
 pub use judge::{
     EvalConfig, Generalize, StageLimits, TimingConfig, ToleranceProfile, Transport, Workers,
     evaluate, evaluate_with,

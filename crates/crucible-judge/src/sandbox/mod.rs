@@ -99,6 +99,11 @@ pub struct Layers {
     pub own_user: bool,
 }
 
+/// A `--gpu-sandbox` name that is no layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown sandbox layer `{0}` (expected all, none or a comma list of {names})", names = Layers::NAMES.join(", "))]
+pub struct UnknownLayer(pub String);
+
 impl Layers {
     pub const ALL: Layers = Layers {
         landlock: true,
@@ -132,7 +137,7 @@ impl Layers {
     };
 
     /// Parses a comma list of `NAMES`, or `all` / `none`.
-    pub fn parse(text: &str) -> Result<Layers, String> {
+    pub fn parse(text: &str) -> Result<Layers, UnknownLayer> {
         let mut layers = Layers::NONE;
         for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name {
@@ -143,12 +148,7 @@ impl Layers {
                 "pid" => layers.pid_namespace = true,
                 "ipc" => layers.ipc_namespace = true,
                 "user" => layers.own_user = true,
-                other => {
-                    return Err(format!(
-                        "unknown sandbox layer `{other}` (expected all, none or a comma list of {})",
-                        Layers::NAMES.join(", ")
-                    ));
-                }
+                other => return Err(UnknownLayer(other.to_string())),
             }
         }
         Ok(layers)
@@ -516,7 +516,7 @@ mod tests {
         assert!(some.landlock && some.pid_namespace);
         assert!(!some.seccomp && !some.ipc_namespace && !some.own_user);
         let err = Layers::parse("landlock,chroot").unwrap_err();
-        assert!(err.contains("`chroot`"), "{err}");
+        assert!(err.to_string().contains("`chroot`"), "{err}");
     }
 
     #[test]

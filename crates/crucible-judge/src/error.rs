@@ -1,0 +1,45 @@
+//! The judge's own failures. None of them is ever charged to a candidate: an evaluation that
+//! stops on one ends `infra_error`, with this error's text as the diagnostic.
+
+use crate::device::DeviceError;
+use crate::process::ChannelError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InfraError {
+    /// Scratch directories, the candidate file, spawning a process.
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A harness process said it cannot start (no device, a broken install).
+    #[error("{who} could not start: {reason}")]
+    CannotStart { who: &'static str, reason: String },
+    /// A harness process died or hung before it was ready.
+    #[error("{who} did not start: {channel}\n{log}")]
+    DidNotStart {
+        who: &'static str,
+        channel: ChannelError,
+        log: String,
+    },
+    /// The referee answered a request with an error (a broken task, or a fault of ours).
+    #[error("referee failed: {error}\n{traceback}")]
+    Referee { error: String, traceback: String },
+    /// The referee died, hung or wrote something that is not a reply.
+    #[error("referee {channel}\n{log}")]
+    RefereeChannel { channel: ChannelError, log: String },
+    /// Reading or writing the candidate's channel failed on our side.
+    #[error("candidate channel I/O: {0}")]
+    CandidateChannel(std::io::Error),
+    /// A trusted harness process sent a reply that does not fit the protocol.
+    #[error("the {who} broke the harness protocol: {detail}")]
+    Protocol { who: &'static str, detail: String },
+}
+
+impl InfraError {
+    pub(crate) fn io(what: &'static str) -> impl Fn(std::io::Error) -> InfraError {
+        move |source| InfraError::Io { what, source }
+    }
+}
