@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use crucible_result::{FailureClass, Seeds, Severity, Verdict};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::device::Device;
 use crate::judge::{EvalConfig, StageLimits, ToleranceProfile, derive_seeds, evaluate, fresh_seed};
 use crate::process::{ChannelError, HarnessProcess, Spawn};
+use crate::protocol::{AuditFailure, AuditReply, AuditRequest, Reply, parse_reply};
 use crate::runtime::Runtime;
 use crate::sandbox::Sandbox;
 
@@ -297,18 +298,19 @@ impl Auditor<'_> {
         audit: &mut TaskAudit,
     ) -> Result<Value, AuditError> {
         let cfg = self.cfg;
-        let msg = json!({
-            "op": "audit",
-            "task_path": task,
-            "profile": cfg.size_profile.as_deref().unwrap_or("auto"),
-            "device": cfg.device.harness_name(),
-            "init_seed": seeds.init,
-            "seeds": seeds.trials,
-            "tolerance": cfg.tolerance.referee_json(),
-            "nulls": NULLS,
-        });
+        let request = AuditRequest::Audit {
+            task_path: task.to_path_buf(),
+            profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
+            device: cfg.device.harness_name().to_string(),
+            init_seed: seeds.init,
+            seeds: seeds.trials.clone(),
+            tolerance: cfg.tolerance.referee_tolerances(),
+            nulls: NULLS.iter().map(|n| n.to_string()).collect(),
+        };
+        let message =
+            serde_json::to_value(&request).map_err(|e| AuditError::Start(e.to_string()))?;
         let process = self.process()?;
-        let reply = match process.request(&msg, cfg.task_timeout) {
+        let reply = match process.request(&message, cfg.task_timeout) {
             Ok(reply) => reply,
             Err(e) => {
                 let detail = match &e {
@@ -320,56 +322,56 @@ impl Auditor<'_> {
                     _ => format!("audit process: {e}\n{}", process.log_tail(2000)),
                 };
                 // Whatever state it is in, a fresh process audits the next task.
-                if let Some(p) = self.process.take() {
-                    p.shutdown();
-                }
+                self.shutdown();
                 audit.error = Some(detail);
                 return Ok(Value::Null);
             }
         };
-        if reply["ok"] != json!(true) {
-            audit.error = Some(format!(
-                "{} (stage {})\n{}",
-                reply["error"].as_str().unwrap_or("unknown error"),
-                reply["stage"].as_str().unwrap_or("?"),
-                reply["traceback"].as_str().unwrap_or("").trim_end()
-            ));
-            if reply["restart"] == json!(true)
-                && let Some(p) = self.process.take()
-            {
-                p.shutdown();
+        let reply = match parse_reply::<AuditReply, AuditFailure>(reply) {
+            Ok(Reply::Ok(reply)) => reply,
+            Ok(Reply::Failed(failure)) => {
+                audit.error = Some(format!(
+                    "{} (stage {})\n{}",
+                    failure.error,
+                    failure.stage,
+                    failure.traceback.trim_end()
+                ));
+                if failure.restart {
+                    self.shutdown();
+                }
+                return Ok(Value::Null);
             }
-            return Ok(Value::Null);
-        }
-        audit.size_profile = reply["profile"].as_str().map(str::to_string);
-        audit.outputs = reply["outputs"].clone();
-        audit.nulls = reply["nulls"]
-            .as_array()
+            Err(detail) => {
+                audit.error = Some(format!(
+                    "the audit process broke the harness protocol: {detail}"
+                ));
+                self.shutdown();
+                return Ok(Value::Null);
+            }
+        };
+        audit.size_profile = Some(reply.profile);
+        audit.outputs = serde_json::to_value(&reply.outputs).unwrap_or_default();
+        audit.nulls = reply
+            .nulls
             .into_iter()
-            .flatten()
-            .map(parse_null)
+            .map(|n| NullResult {
+                name: n.name,
+                passed: n.passed,
+                trials_run: n.trials_run,
+                trials_passed: n.trials_passed,
+                skipped: n.skipped,
+                message: n.message,
+                max_abs: n.max_abs,
+                mismatched_fraction: n.mismatched_fraction,
+            })
             .collect();
-        Ok(reply["env"].clone())
+        Ok(serde_json::to_value(&reply.env).unwrap_or_default())
     }
 
     fn shutdown(&mut self) {
         if let Some(p) = self.process.take() {
             p.shutdown();
         }
-    }
-}
-
-fn parse_null(v: &Value) -> NullResult {
-    let text = |k: &str| v[k].as_str().map(str::to_string);
-    NullResult {
-        name: text("name").unwrap_or_default(),
-        passed: v["passed"] == json!(true),
-        trials_run: v["trials_run"].as_u64().unwrap_or(0) as u32,
-        trials_passed: v["trials_passed"].as_u64().unwrap_or(0) as u32,
-        skipped: text("skipped"),
-        message: text("message"),
-        max_abs: v["max_abs"].as_f64(),
-        mismatched_fraction: v["mismatched_fraction"].as_f64(),
     }
 }
 

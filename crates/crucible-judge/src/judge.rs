@@ -9,19 +9,21 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crucible_result::{
-    EvalResult, Failure, FailureClass, FileRef, Finding, KernelTime, Launch, OutputError, Profile,
-    SCHEMA, Seeds, Severity, Stage, StageStatus, Stats, Timing, Tolerance, Trial, Verdict,
+    EvalResult, Failure, FailureClass, FileRef, Finding, Launch, Profile, SCHEMA, Seeds, Severity,
+    Stage, StageStatus, Timing, Tolerance, Trial, Verdict,
 };
-use serde_json::{Value, json};
 
 use crate::device::Device;
 use crate::error::InfraError;
-use crate::process::{ChannelError, HarnessProcess, Spawn};
+use crate::process::{HarnessProcess, Spawn};
+use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
 use crate::runtime::{Runtime, harness_env, hex};
 use crate::sandbox::Sandbox;
-use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
+mod calls;
 mod generalize;
+mod record;
+mod session;
 pub use generalize::{Generalize, SHAPE_SPECIALIZED};
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
@@ -56,9 +58,12 @@ impl ToleranceProfile {
     }
 
     /// The (atol, rtol) pairs the referee applies, per output precision.
-    pub(crate) fn referee_json(self) -> Value {
+    pub(crate) fn referee_tolerances(self) -> Tolerances {
         let full = self.full_precision();
-        json!({"fp32": [full, full], "half": [1e-2, 1e-2]})
+        Tolerances {
+            fp32: [full, full],
+            half: [1e-2, 1e-2],
+        }
     }
 
     /// (atol, rtol) for fp32 and wider outputs.
@@ -238,9 +243,12 @@ enum Stop {
     Infra(InfraError),
 }
 
+/// Everything one evaluation has found so far: the stages fill it in, and [`assemble`] turns
+/// it into the result document.
 struct Evaluation<'a> {
     runtime: &'a Runtime,
     cfg: &'a EvalConfig,
+    seeds: Seeds,
     stages: Vec<Stage>,
     findings: Vec<Finding>,
     trials: Vec<Trial>,
@@ -250,6 +258,8 @@ struct Evaluation<'a> {
     generalization: Option<crucible_result::Generalization>,
     /// Why timing could not run although the candidate is correct.
     timing_blocked: Option<String>,
+    timing: Option<Timing>,
+    profile: Option<Profile>,
 }
 
 impl Evaluation<'_> {
@@ -279,83 +289,6 @@ impl Evaluation<'_> {
             diagnostics,
         });
         outcome
-    }
-}
-
-/// Sends a request to the referee; any failure is the judge's.
-fn referee_call(
-    referee: &mut HarnessProcess,
-    msg: Value,
-    timeout: Duration,
-) -> Result<Value, Stop> {
-    match referee.request(&msg, timeout) {
-        Ok(reply) if reply["ok"] == json!(true) => Ok(reply),
-        Ok(reply) => Err(Stop::Infra(InfraError::Referee {
-            error: reply["error"].as_str().unwrap_or("?").to_string(),
-            traceback: reply["traceback"].as_str().unwrap_or("").to_string(),
-        })),
-        Err(channel) => Err(Stop::Infra(InfraError::RefereeChannel {
-            channel,
-            log: referee.log_tail(4000),
-        })),
-    }
-}
-
-/// Sends a request to the candidate; failures are classified and charged to it.
-fn candidate_call(
-    candidate: &mut HarnessProcess,
-    stage: &str,
-    msg: Value,
-    timeout: Duration,
-) -> Result<Value, Stop> {
-    let failure = |class, message: String| {
-        Stop::Candidate(Failure {
-            class,
-            stage: stage.to_string(),
-            message,
-        })
-    };
-    match candidate.request(&msg, timeout) {
-        Ok(reply) if reply["ok"] == json!(true) => Ok(reply),
-        Ok(reply) => {
-            let class = candidate_class(reply["class"].as_str().unwrap_or(""));
-            let message = reply["message"].as_str().unwrap_or("").to_string();
-            Err(failure(class, message))
-        }
-        Err(ChannelError::Timeout(limit)) => Err(failure(
-            FailureClass::Timeout,
-            format!(
-                "stage `{stage}` did not finish within {:.0} s; look for an infinite loop, a \
-                 deadlock or a grid that launches far too many programs",
-                limit.as_secs_f64()
-            ),
-        )),
-        Err(ChannelError::Exited(exit)) => Err(failure(
-            FailureClass::Crashed,
-            format!(
-                "the candidate process {exit} during stage `{stage}`\n{}",
-                candidate.log_tail(2000)
-            ),
-        )),
-        Err(ChannelError::Protocol(msg)) => Err(failure(
-            FailureClass::Crashed,
-            format!("the candidate process corrupted the judge's channel: {msg}"),
-        )),
-        Err(ChannelError::Io(e)) => Err(Stop::Infra(InfraError::CandidateChannel(e))),
-    }
-}
-
-/// The candidate can only charge itself: a claimed `infra_error` (or anything unknown)
-/// becomes a runtime error.
-fn candidate_class(name: &str) -> FailureClass {
-    match name {
-        "syntax_error" => FailureClass::SyntaxError,
-        "import_error" => FailureClass::ImportError,
-        "missing_model_new" => FailureClass::MissingModelNew,
-        "triton_compile_error" => FailureClass::TritonCompileError,
-        "cuda_error" => FailureClass::CudaError,
-        "out_of_memory" => FailureClass::OutOfMemory,
-        _ => FailureClass::RuntimeError,
     }
 }
 
@@ -393,10 +326,10 @@ pub fn evaluate_with(
     prestarted: Option<Workers>,
 ) -> EvalResult {
     let started = Instant::now();
-    let seeds = derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1));
     let mut eval = Evaluation {
         runtime,
         cfg,
+        seeds: derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1)),
         stages: Vec::new(),
         findings: Vec::new(),
         trials: Vec::new(),
@@ -410,20 +343,26 @@ pub fn evaluate_with(
         size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
         generalization: None,
         timing_blocked: None,
+        timing: None,
+        profile: None,
     };
-    let mut timing = None;
-    let mut profile = None;
-    let outcome = verify_stage(&mut eval, candidate_src).and_then(|()| {
-        run(
-            &mut eval,
-            task_path,
-            candidate_src,
-            &seeds,
-            prestarted,
-            &mut timing,
-            &mut profile,
-        )
-    });
+    let outcome = verify_stage(&mut eval, candidate_src)
+        .and_then(|()| session::run(&mut eval, prestarted, task_path, candidate_src));
+    let files = (
+        file_ref(task_path, task_src),
+        file_ref(candidate_path, candidate_src),
+    );
+    assemble(eval, outcome, files, started)
+}
+
+/// The result document, from everything the stages recorded and how the last one ended.
+fn assemble(
+    eval: Evaluation<'_>,
+    outcome: Result<(), Stop>,
+    (task, candidate): (FileRef, FileRef),
+    started: Instant,
+) -> EvalResult {
+    let cfg = eval.cfg;
     let failure = match outcome {
         Ok(()) => None,
         Err(Stop::Candidate(failure)) => Some(failure),
@@ -457,6 +396,7 @@ pub fn evaluate_with(
         })
     });
     let correct = verdict == Verdict::Correct;
+    let (timing, profile) = (eval.timing, eval.profile);
     let timing_skipped = match (&timing, cfg.is_gpu()) {
         (Some(_), _) => None,
         (None, false) => Some(
@@ -488,7 +428,7 @@ pub fn evaluate_with(
         failure,
         findings: eval.findings,
         stages: eval.stages,
-        seeds,
+        seeds: eval.seeds,
         tolerance: Tolerance {
             profile: cfg.tolerance.name().to_string(),
             atol: cfg.tolerance.full_precision(),
@@ -498,8 +438,8 @@ pub fn evaluate_with(
         trials: eval.trials,
         generalization: eval.generalization,
         launches: eval.launches,
-        task: file_ref(task_path, task_src),
-        candidate: file_ref(candidate_path, candidate_src),
+        task,
+        candidate,
         env: eval.env,
         wall_s: started.elapsed().as_secs_f64(),
     }
@@ -646,596 +586,25 @@ impl Workers {
             ("referee", &mut self.referee),
             ("candidate harness", &mut self.candidate),
         ] {
-            match process.receive(timeout) {
-                Ok(hello) if hello["ok"] == json!(true) => {}
-                Ok(hello) => {
-                    return Err(Stop::Infra(InfraError::CannotStart {
-                        who,
-                        reason: hello["error"].as_str().unwrap_or("?").to_string(),
-                    }));
+            let hello = process.receive(timeout).map_err(|channel| {
+                Stop::Infra(InfraError::DidNotStart {
+                    who,
+                    channel,
+                    log: process.log_tail(4000),
+                })
+            })?;
+            let protocol = |detail| Stop::Infra(InfraError::Protocol { who, detail });
+            match parse_reply::<Hello, HelloFailure>(hello).map_err(protocol)? {
+                Reply::Ok(Hello { ready: true }) => {}
+                Reply::Ok(Hello { ready: false }) => {
+                    return Err(protocol("the hello says it is not ready".into()));
                 }
-                Err(channel) => {
-                    return Err(Stop::Infra(InfraError::DidNotStart {
-                        who,
-                        channel,
-                        log: process.log_tail(4000),
-                    }));
+                Reply::Failed(HelloFailure { error }) => {
+                    return Err(Stop::Infra(InfraError::CannotStart { who, reason: error }));
                 }
             }
         }
         Ok(())
-    }
-}
-
-fn run(
-    eval: &mut Evaluation<'_>,
-    task_path: &Path,
-    candidate_src: &[u8],
-    seeds: &Seeds,
-    prestarted: Option<Workers>,
-    timing_out: &mut Option<Timing>,
-    profile_out: &mut Option<Profile>,
-) -> Result<(), Stop> {
-    let cfg = eval.cfg;
-    let runtime = eval.runtime;
-    // Workers started for another device (or configuration) are not used.
-    let prestarted = prestarted.filter(|w| w.device == cfg.device);
-    let mut workers = eval.stage("start", |_| {
-        let mut workers = match prestarted {
-            Some(workers) => workers,
-            None => Workers::start(runtime, cfg).map_err(Stop::Infra)?,
-        };
-        workers.ready(cfg.limits.start)?;
-        Ok(workers)
-    })?;
-    if !workers.missing_sandbox.is_empty() {
-        eval.findings.push(Finding::new(
-            "sandbox-degraded",
-            Severity::Info,
-            format!(
-                "the candidate ran in a partial sandbox, without: {}",
-                workers.missing_sandbox.join("; ")
-            ),
-        ));
-    }
-    let infra = |what| move |e| Stop::Infra(InfraError::io(what)(e));
-    let candidate_file = workers.candidate_dir.path().join("solution.py");
-    std::fs::write(&candidate_file, candidate_src).map_err(infra("writing the candidate file"))?;
-    let task_abs = std::fs::canonicalize(task_path).map_err(infra("reading the task"))?;
-    let shared_dir = workers.shared_dir.clone();
-    let outcome = run_started(
-        eval,
-        &mut workers.referee,
-        &mut workers.candidate,
-        &task_abs,
-        &shared_dir,
-        &candidate_file,
-        seeds,
-        timing_out,
-        profile_out,
-    );
-    workers.candidate.kill();
-    workers.referee.kill();
-    outcome
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_started(
-    eval: &mut Evaluation<'_>,
-    referee: &mut HarnessProcess,
-    candidate: &mut HarnessProcess,
-    task_abs: &Path,
-    referee_dir: &Path,
-    candidate_file: &Path,
-    seeds: &Seeds,
-    timing_out: &mut Option<Timing>,
-    profile_out: &mut Option<Profile>,
-) -> Result<(), Stop> {
-    let cfg = eval.cfg;
-    let init = eval.stage("reference", |eval| {
-        let reply = referee_call(
-            referee,
-            json!({
-                "op": "init",
-                "task_path": task_abs,
-                "profile": eval.size_profile,
-                "device": cfg.device.harness_name(),
-                "transport": cfg.transport_name(),
-                "scratch": referee_dir,
-                "init_seed": seeds.init,
-                "inputs_on_host": cfg.inputs_on_host,
-                "tolerance": cfg.tolerance.referee_json(),
-            }),
-            cfg.limits.load + cfg.limits.trial,
-        )?;
-        let env = &reply["env"];
-        let text = |k: &str| env[k].as_str().map(str::to_string);
-        eval.env.device_name = text("device_name");
-        eval.env.torch = text("torch");
-        eval.env.triton = text("triton");
-        eval.env.cuda = text("cuda");
-        eval.env.driver = text("driver");
-        eval.env.python = text("python");
-        if let Some(p) = reply["profile"].as_str() {
-            eval.size_profile = p.to_string();
-        }
-        Ok(reply["init_inputs"].clone())
-    })?;
-
-    eval.stage("load", |_| {
-        candidate_call(
-            candidate,
-            "load",
-            json!({
-                "op": "load",
-                "candidate_path": candidate_file,
-                "device": cfg.device.harness_name(),
-                "init_seed": seeds.init,
-                "init_inputs": init,
-            }),
-            cfg.limits.load,
-        )
-    })?;
-
-    let mut all_launches: Vec<Launch> = Vec::new();
-    let mut launch_free: Vec<String> = Vec::new();
-    // One trial: fresh inputs from the referee, one forward, and the referee's comparison while
-    // the candidate is frozen.
-    let mut trial = |index: usize, seed: u64, name: &str, check: Value| {
-        let prepared = referee_call(
-            referee,
-            json!({"op": "prepare", "trial": index, "seed": seed}),
-            cfg.limits.trial,
-        )?;
-        let ran = candidate_call(
-            candidate,
-            name,
-            json!({
-                "op": "run",
-                "stage": name,
-                "trial": index,
-                "payload": prepared["payload"],
-                "grad": check["grad"] == json!(true),
-            }),
-            cfg.limits.trial,
-        )?;
-        let mut request = json!({"op": "check", "trial": index});
-        if let (Some(request), Some(extra)) = (request.as_object_mut(), check.as_object()) {
-            request.extend(extra.clone());
-        }
-        candidate.freeze(true);
-        let checked = referee_call(referee, request, cfg.limits.trial);
-        candidate.freeze(false);
-        let checked = checked?;
-        let launches = parse_launches(&ran["launches"]);
-        if launches.is_empty() {
-            launch_free.push(name.to_string());
-        }
-        merge_launches(&mut all_launches, launches);
-        Ok::<_, Stop>((ran, checked))
-    };
-    for (index, &seed) in seeds.trials.iter().enumerate() {
-        let name = format!("trial_{index}");
-        let passed = eval.stage(&name, |eval| {
-            let (ran, checked) = trial(index, seed, &name, json!({"keep": index == 0}))?;
-            Ok(record_trial(eval, seed, &ran, &checked))
-        })?;
-        if !passed {
-            return Err(incorrect(eval, name));
-        }
-    }
-    // Trial 0's inputs once more: a candidate that caches by call count, or whose results
-    // depend on more than its inputs, shows here.
-    let repeated = eval.stage("repeat", |eval| {
-        let (index, seed) = (seeds.trials.len(), seeds.trials[0]);
-        // With autograd on, unlike the trials: a candidate that does its own work in only
-        // one grad mode shows here.
-        let check = json!({"against_kept": true, "grad": true});
-        let (ran, checked) = trial(index, seed, "repeat", check)?;
-        let disagreements: Vec<String> = strings(&checked["repeat_problems"]);
-        if !disagreements.is_empty() {
-            eval.findings.push(Finding::new(
-                "nondeterministic",
-                Severity::Flag,
-                format!(
-                    "two runs on the same inputs disagree beyond the tolerance: {}",
-                    disagreements.join("; ")
-                ),
-            ));
-        }
-        let passed = record_trial(eval, seed, &ran, &checked);
-        if let Some(last) = eval.trials.last_mut() {
-            last.repeat_of = Some(0);
-        }
-        Ok(passed)
-    })?;
-    if !repeated {
-        return Err(incorrect(eval, "repeat".into()));
-    }
-    eval.launches = all_launches;
-    if !launch_free.is_empty() {
-        eval.findings.push(Finding::new(
-            "no-triton-launch",
-            Severity::Reject,
-            format!(
-                "forward returned correct outputs but launched none of the file's own \
-                 @triton.jit kernels in {} (the repeat runs with autograd on); the work must be \
-                 done by your Triton kernels",
-                launch_free.join(", ")
-            ),
-        ));
-        return Ok(());
-    }
-    if !generalize::generalize_stage(eval, referee, candidate, task_abs, seeds)? {
-        return Ok(());
-    }
-
-    let Some(timing_cfg) = cfg.timing.as_ref().filter(|_| cfg.is_gpu()) else {
-        return Ok(());
-    };
-    let timing = eval.stage("timing", |_| {
-        let request = |op: &str| {
-            json!({
-                "op": op,
-                "seed": seeds.timing,
-                "trial": "timing",
-                "warmup": timing_cfg.warmup,
-                "iters": timing_cfg.iters,
-                "flush_bytes": timing_cfg.flush_bytes,
-            })
-        };
-        let reference = referee_call(referee, request("time_reference"), cfg.limits.timing)?;
-        // The timed inputs are shared like a trial's, and their expected outputs kept for the
-        // timed-output check.
-        let prepared = referee_call(referee, request("prepare"), cfg.limits.timing)?;
-        // Mapping (and, with `shm`, staging) the inputs is a request of its own: the measured
-        // window below holds the timed loop alone, like the referee's.
-        let open = json!({"op": "time_open", "stage": "timing", "payload": prepared["payload"]});
-        candidate_call(candidate, "timing", open, cfg.limits.timing)?;
-        let mut msg = request("time");
-        msg["stage"] = json!("timing");
-        // One timed iteration, unknown to the candidate until now, has its output checked.
-        msg["check_iteration"] = json!(fresh_seed() % u64::from(timing_cfg.iters.max(1)));
-        let phase = Instant::now();
-        let timed = candidate_call(candidate, "timing", msg, cfg.limits.timing)?;
-        let phase_wall_s = phase.elapsed().as_secs_f64();
-        let candidate_samples = samples(&timed)?;
-        let deliver = json!({"op": "time_deliver", "stage": "timing"});
-        let delivered = candidate_call(candidate, "timing", deliver, cfg.limits.timing)?;
-        let witness = outside_forward(candidate, cfg, timing_cfg, phase_wall_s)?;
-        Ok((
-            reference,
-            candidate_samples,
-            phase_wall_s,
-            witness,
-            prepared["payload"].clone(),
-            delivered["problem"].as_str().map(str::to_string),
-        ))
-    })?;
-    let (reference_reply, candidate_samples, phase_wall_s, witness, payload, timed_problem) =
-        timing;
-    let reference = samples(&reference_reply)?;
-    let profiled = eval.stage("profile", |_| {
-        let request = json!({
-            "op": "profile",
-            "stage": "profile",
-            "payload": payload,
-            "forwards": PROFILED_FORWARDS,
-        });
-        candidate_call(candidate, "profile", request, cfg.limits.timing)
-    })?;
-    let profile = build_profile(&profiled);
-    let profiled_busy_ms = profiled["busy_us"]
-        .as_array()
-        .and_then(|busy| busy.iter().filter_map(Value::as_f64).reduce(f64::min))
-        .map(|us| us / 1e3);
-    eval.findings.extend(timing_findings(&TimingEvidence {
-        candidate: &candidate_samples,
-        candidate_phase_s: phase_wall_s,
-        profiled_busy_ms,
-        outside_forward_ms: witness.map(|(ms, _)| ms),
-        io_bytes: reference_reply["io_bytes"].as_f64().unwrap_or(0.0),
-        device_name: eval.env.device_name.as_deref().unwrap_or(""),
-    }));
-    let (Some(reference), Some(candidate_stats)) = (
-        Stats::from_samples(&reference),
-        Stats::from_samples(&candidate_samples),
-    ) else {
-        return Err(Stop::Infra(InfraError::Protocol {
-            who: "harness",
-            detail: "timing returned no samples".into(),
-        }));
-    };
-    *timing_out = Some(Timing {
-        reference,
-        candidate: candidate_stats,
-        warmup: timing_cfg.warmup,
-        l2_flush_bytes: timing_cfg.flush_bytes,
-        candidate_phase_wall_s: phase_wall_s,
-        profiled_busy_ms,
-        outside_forward_ms: witness.map(|(ms, _)| ms),
-        outside_batch_forwards: witness.map(|(_, count)| count),
-    });
-    let coverage = if profile.total_gpu_us > 0.0 {
-        profile.candidate_triton_us / profile.total_gpu_us
-    } else {
-        0.0
-    };
-    if coverage < LOW_COVERAGE {
-        eval.findings.push(Finding::new(
-            "low-coverage",
-            Severity::Flag,
-            format!(
-                "only {:.1}% of the forward's GPU time is spent in your own Triton kernels; move \
-                 the remaining work into them",
-                coverage * 100.0
-            ),
-        ));
-    }
-    *profile_out = Some(profile);
-
-    // Last, since the profile still maps the timing buffers: was the timed output right?
-    let checked = eval.stage("timed-output", |_| {
-        candidate.freeze(true);
-        let checked = referee_call(
-            referee,
-            json!({"op": "check", "trial": "timing"}),
-            cfg.limits.timing,
-        );
-        candidate.freeze(false);
-        checked
-    })?;
-    let problems = timed_problem
-        .into_iter()
-        .chain(strings(&checked["problems"]))
-        .collect::<Vec<_>>();
-    if !problems.is_empty() {
-        eval.findings.push(Finding::new(
-            "timed-output-mismatch",
-            Severity::Reject,
-            format!(
-                "the output of a timed iteration is wrong although the correctness trials \
-                 passed (cached, replayed or skipped work while being timed): {}",
-                problems.join("; ")
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Profiled forwards per evaluation; the busy-time witness keeps the least.
-const PROFILED_FORWARDS: u32 = 3;
-/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most).
-const OUTSIDE_BATCHES: u32 = 3;
-const OUTSIDE_BATCH_TARGET_MS: f64 = 60.0;
-
-/// The outside witness of one forward's cost (ms) and the batch size it used: batches of
-/// back-to-back forwards on the timed inputs, each timed here around its request, less the
-/// cost of an empty request; the least of several, since host noise only adds time.
-fn outside_forward(
-    candidate: &mut HarnessProcess,
-    cfg: &EvalConfig,
-    timing_cfg: &TimingConfig,
-    phase_wall_s: f64,
-) -> Result<Option<(f64, u32)>, Stop> {
-    let iterations = f64::from(timing_cfg.iters + timing_cfg.warmup);
-    let count = batch_count(phase_wall_s * 1e3 / iterations, OUTSIDE_BATCH_TARGET_MS);
-    let mut least_ms = |count: u32| -> Result<f64, Stop> {
-        let mut least = f64::INFINITY;
-        for _ in 0..OUTSIDE_BATCHES {
-            let request = json!({"op": "time_batch", "stage": "timing", "count": count});
-            let started = Instant::now();
-            candidate_call(candidate, "timing", request, cfg.limits.timing)?;
-            least = least.min(started.elapsed().as_secs_f64() * 1e3);
-        }
-        Ok(least)
-    };
-    let empty_ms = least_ms(0)?;
-    let batch_ms = least_ms(count)?;
-    let per_forward = (batch_ms - empty_ms).max(0.0) / f64::from(count);
-    Ok(per_forward.is_finite().then_some((per_forward, count)))
-}
-
-/// The failure for the trial just recorded.
-fn incorrect(eval: &Evaluation<'_>, stage: String) -> Stop {
-    let message = eval
-        .trials
-        .last()
-        .and_then(|t| t.message.clone())
-        .unwrap_or_default();
-    Stop::Candidate(Failure {
-        class: FailureClass::Incorrect,
-        stage,
-        message,
-    })
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn samples(reply: &Value) -> Result<Vec<f64>, Stop> {
-    reply["samples_ms"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .ok_or_else(|| {
-            Stop::Infra(InfraError::Protocol {
-                who: "harness",
-                detail: "timing reply without samples".into(),
-            })
-        })
-}
-
-/// Records one trial; returns whether it passed.
-fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Value) -> bool {
-    let outputs: Vec<OutputError> = checked["outputs"]
-        .as_array()
-        .map(|outs| {
-            outs.iter()
-                .map(|o| OutputError {
-                    index: o["index"].as_u64().unwrap_or(0) as u32,
-                    shape: o["shape"]
-                        .as_array()
-                        .map(|s| s.iter().filter_map(Value::as_i64).collect())
-                        .unwrap_or_default(),
-                    dtype: o["dtype"].as_str().unwrap_or("").to_string(),
-                    max_abs: o["max_abs"].as_f64().unwrap_or(f64::NAN),
-                    mean_abs: o["mean_abs"].as_f64().unwrap_or(f64::NAN),
-                    max_rel: o["max_rel"].as_f64().unwrap_or(f64::NAN),
-                    mean_rel: o["mean_rel"].as_f64().unwrap_or(f64::NAN),
-                    mismatched: o["mismatched"].as_u64().unwrap_or(0),
-                    numel: o["numel"].as_u64().unwrap_or(0),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut problems: Vec<String> = Vec::new();
-    if let Some(p) = ran["problem"].as_str() {
-        problems.push(p.to_string());
-    } else if let Some(ps) = checked["problems"].as_array() {
-        problems.extend(ps.iter().filter_map(Value::as_str).map(str::to_string));
-    }
-    let mutated: Vec<u64> = checked["mutated_inputs"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
-    if !mutated.is_empty() {
-        eval.add_once(Finding::new(
-            "input-mutated",
-            Severity::Reject,
-            format!(
-                "forward modified its input tensor(s) {mutated:?}; inputs are read-only, write \
-                 results into freshly allocated outputs"
-            ),
-        ));
-    }
-    let changed = checked["changed_after_return"]
-        .as_array()
-        .is_some_and(|c| !c.is_empty());
-    if changed {
-        eval.add_once(Finding::new(
-            "output-changed-after-return",
-            Severity::Reject,
-            "the outputs changed after forward returned (a background thread or \
-                      unfinished device work); forward must finish its work before returning",
-        ));
-    }
-    if let Some(loss) = checked["precision_loss"].as_array().and_then(|l| l.first()) {
-        eval.add_once(Finding::new(
-            "precision-downgrade",
-            Severity::Flag,
-            format!(
-                "an fp32 output matches the reference within the loose tolerance but not within \
-                 1e-4 (max abs error {}, max rel error {}): this looks like fp16/bf16 arithmetic \
-                 (or TF32 matrix units) on an fp32 task; it fails under `--tolerance strict`",
-                loss["max_abs"], loss["max_rel"]
-            ),
-        ));
-    }
-    let aliased = ran["meta"]
-        .as_array()
-        .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));
-    if aliased {
-        eval.add_once(Finding::new(
-            "output-aliases-input",
-            Severity::Reject,
-            "forward returned one of its inputs as an output; allocate a new output tensor",
-        ));
-    }
-    let passed = problems.is_empty();
-    eval.trials.push(Trial {
-        seed,
-        passed,
-        outputs,
-        message: (!passed).then(|| problems.join("\n")),
-        repeat_of: None,
-    });
-    passed
-}
-
-/// Adds one run's launches to the evaluation's totals.
-fn merge_launches(total: &mut Vec<Launch>, run: Vec<Launch>) {
-    for launch in run {
-        match total.iter_mut().find(|l| l.kernel == launch.kernel) {
-            Some(known) => {
-                known.calls += launch.calls;
-                if launch.autotune_config.is_some() {
-                    known.autotune_config = launch.autotune_config;
-                }
-            }
-            None => total.push(launch),
-        }
-    }
-}
-
-fn parse_launches(report: &Value) -> Vec<Launch> {
-    report
-        .as_array()
-        .map(|launches| {
-            launches
-                .iter()
-                .filter(|l| l["module"] == json!(CANDIDATE_MODULE))
-                .filter_map(|l| {
-                    Some(Launch {
-                        kernel: l["kernel"].as_str()?.to_string(),
-                        calls: l["calls"].as_u64().unwrap_or(0) as u32,
-                        autotune_config: l["autotune_config"].as_str().map(str::to_string),
-                    })
-                })
-                .filter(|l| l.calls > 0)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Attributes profiled GPU time to the candidate's kernels by exact compiled-kernel name.
-fn build_profile(reply: &Value) -> Profile {
-    let own_names: std::collections::HashSet<String> = reply["launches"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|l| l["module"] == json!(CANDIDATE_MODULE))
-        .flat_map(|l| {
-            l["compiled_names"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-        })
-        .collect();
-    let kernels: Vec<KernelTime> = reply["kernels"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|k| {
-            let name = k["name"].as_str()?.to_string();
-            Some(KernelTime {
-                candidate_triton: own_names.contains(&name),
-                name,
-                calls: k["calls"].as_u64().unwrap_or(0) as u32,
-                gpu_time_us: k["gpu_time_us"].as_f64().unwrap_or(0.0),
-            })
-        })
-        .collect();
-    let total_gpu_us = kernels.iter().map(|k| k.gpu_time_us).sum();
-    let candidate_triton_us = kernels
-        .iter()
-        .filter(|k| k.candidate_triton)
-        .map(|k| k.gpu_time_us)
-        .sum();
-    Profile {
-        kernels,
-        candidate_triton_us,
-        total_gpu_us,
     }
 }
 
@@ -1254,11 +623,5 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 6);
         assert!(all.iter().all(|s| *s < 1 << 53));
-    }
-
-    #[test]
-    fn candidate_cannot_claim_an_infra_error() {
-        assert_eq!(candidate_class("infra_error"), FailureClass::RuntimeError);
-        assert_eq!(candidate_class("syntax_error"), FailureClass::SyntaxError);
     }
 }

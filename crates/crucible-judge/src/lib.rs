@@ -12,6 +12,7 @@ pub mod device;
 pub mod error;
 pub mod judge;
 pub mod process;
+pub mod protocol;
 pub mod runtime;
 pub mod sandbox;
 mod timing;

@@ -13,13 +13,18 @@ use std::path::Path;
 use std::time::Instant;
 
 use crucible_result::{
-    Failure, FailureClass, Finding, Generalization, GeneralizationStatus, OutputError,
-    PerturbedConstant, Seeds, Severity, Stage, StageStatus, Trial,
+    Failure, FailureClass, Finding, Generalization, GeneralizationStatus, PerturbedConstant, Seeds,
+    Severity, Stage, StageStatus, Trial,
 };
-use serde_json::{Value, json};
 
-use super::{Evaluation, Stop, candidate_call, parse_launches, referee_call, splitmix64};
+use super::calls::{candidate_call, referee_call};
+use super::record::{output_error, own_launches};
+use super::{Evaluation, Stop, splitmix64};
 use crate::process::HarnessProcess;
+use crate::protocol::{
+    CandidateRequest, CheckReply, Done, GeneralizePlanReply, GeneralizeReply, PrepareReply,
+    RefereeRequest, RunReply,
+};
 
 /// Whether the generalization trial runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,18 +98,25 @@ pub(super) fn generalize_stage(
         return Ok(true);
     }
     let started = Instant::now();
-    let plan = referee_call(
-        referee,
-        json!({"op": "generalize_plan", "mode": cfg.generalize.name()}),
-        cfg.limits.load,
-    )?;
-    if plan["requested"] != json!(true) {
+    let request = RefereeRequest::GeneralizePlan {
+        mode: cfg.generalize.name().to_string(),
+    };
+    let plan: GeneralizePlanReply = referee_call(referee, &request, cfg.limits.load)?;
+    if !plan.requested {
         return Ok(true);
     }
     let mut record = Generalization {
         status: GeneralizationStatus::Skipped,
-        source: plan["source"].as_str().unwrap_or("auto").to_string(),
-        constants: serde_json::from_value(plan["constants"].clone()).unwrap_or_default(),
+        source: plan.source.clone().unwrap_or_else(|| "auto".into()),
+        constants: plan
+            .constants
+            .iter()
+            .map(|c| PerturbedConstant {
+                name: c.name.clone(),
+                from: c.from,
+                to: c.to,
+            })
+            .collect(),
         trial: None,
         message: None,
     };
@@ -171,63 +183,66 @@ fn attempt(
     candidate: &mut HarnessProcess,
     task_abs: &Path,
     seeds: &Seeds,
-    plan: &Value,
+    plan: &GeneralizePlanReply,
 ) -> Result<Outcome, Stop> {
     let cfg = eval.cfg;
-    if let Some(reason) = plan["skip"].as_str() {
+    if let Some(reason) = &plan.skip {
         return Ok(Outcome::Skipped {
-            reason: reason.to_string(),
-            opted_out: plan["opted_out"] == json!(true),
+            reason: reason.clone(),
+            opted_out: plan.opted_out,
         });
     }
     let seed = trial_seed(seeds);
-    let setup = referee_call(
-        referee,
-        json!({"op": "generalize", "task_path": task_abs, "init_seed": seeds.init, "seed": seed}),
-        cfg.limits.load + cfg.limits.trial,
-    )?;
-    if let Some(reason) = setup["skip"].as_str() {
-        return Ok(Outcome::Skipped {
-            reason: reason.to_string(),
-            opted_out: false,
-        });
-    }
-    let reload = json!({
-        "op": "reload",
-        "stage": STAGE,
-        "init_seed": seeds.init,
-        "init_inputs": setup["init_inputs"],
-    });
-    if let Err(stop) = candidate_call(candidate, STAGE, reload, cfg.limits.load) {
+    let request = RefereeRequest::Generalize {
+        task_path: task_abs.to_path_buf(),
+        init_seed: seeds.init,
+        seed,
+    };
+    let setup: GeneralizeReply =
+        referee_call(referee, &request, cfg.limits.load + cfg.limits.trial)?;
+    let init_inputs = match (setup.skip, setup.init_inputs) {
+        (None, Some(init_inputs)) => init_inputs,
+        (reason, _) => {
+            return Ok(Outcome::Skipped {
+                reason: reason.unwrap_or_else(|| "the referee built no init inputs".into()),
+                opted_out: false,
+            });
+        }
+    };
+    let reload = CandidateRequest::Reload {
+        stage: STAGE.into(),
+        init_seed: seeds.init,
+        init_inputs,
+    };
+    if let Err(stop) = candidate_call::<Done>(candidate, STAGE, &reload, cfg.limits.load) {
         return candidate_failed(stop);
     }
-    let prepared = referee_call(
-        referee,
-        json!({"op": "prepare_generalized", "trial": STAGE, "seed": seed}),
-        cfg.limits.trial,
-    )?;
-    let run = json!({
-        "op": "run_generalized",
-        "stage": STAGE,
-        "trial": STAGE,
-        "payload": prepared["payload"],
-        "grad": false,
-    });
-    let ran = match candidate_call(candidate, STAGE, run, cfg.limits.trial) {
+    let prepare = RefereeRequest::PrepareGeneralized {
+        trial: STAGE.into(),
+        seed,
+    };
+    let prepared: PrepareReply = referee_call(referee, &prepare, cfg.limits.trial)?;
+    let run = CandidateRequest::RunGeneralized {
+        stage: STAGE.into(),
+        trial: STAGE.into(),
+        payload: prepared.payload,
+        grad: false,
+    };
+    let ran: RunReply = match candidate_call(candidate, STAGE, &run, cfg.limits.trial) {
         Ok(ran) => ran,
         Err(stop) => return candidate_failed(stop),
     };
+    let check = RefereeRequest::Check {
+        trial: STAGE.into(),
+        keep: false,
+        against_kept: false,
+    };
     candidate.freeze(true);
-    let checked = referee_call(
-        referee,
-        json!({"op": "check", "trial": STAGE}),
-        cfg.limits.trial,
-    );
+    let checked = referee_call(referee, &check, cfg.limits.trial);
     candidate.freeze(false);
-    let checked = checked?;
+    let checked: CheckReply = checked?;
     let problems = trial_problems(&ran, &checked);
-    let outputs: Vec<OutputError> =
-        serde_json::from_value(checked["outputs"].clone()).unwrap_or_default();
+    let outputs = checked.outputs.iter().map(output_error).collect();
     let message = (!problems.is_empty()).then(|| problems.join("\n"));
     let trial = Trial {
         seed,
@@ -279,35 +294,24 @@ fn failure_text(failure: &Failure) -> String {
 
 /// Everything wrong with the trial. The correctness trials turn some of these into rejects;
 /// here every one of them only says the candidate does not generalize.
-fn trial_problems(ran: &Value, checked: &Value) -> Vec<String> {
-    let mut problems: Vec<String> = Vec::new();
-    if let Some(problem) = ran["problem"].as_str() {
-        problems.push(problem.to_string());
-    } else if let Some(found) = checked["problems"].as_array() {
-        problems.extend(found.iter().filter_map(Value::as_str).map(str::to_string));
-    }
-    if checked["mutated_inputs"]
-        .as_array()
-        .is_some_and(|m| !m.is_empty())
-    {
+fn trial_problems(ran: &RunReply, checked: &CheckReply) -> Vec<String> {
+    let mut problems: Vec<String> = match &ran.problem {
+        Some(problem) => vec![problem.clone()],
+        None => checked.problems.clone(),
+    };
+    if !checked.mutated_inputs.is_empty() {
         problems.push(format!(
-            "forward wrote into its input(s) {}",
-            checked["mutated_inputs"]
+            "forward wrote into its input(s) {:?}",
+            checked.mutated_inputs
         ));
     }
-    if checked["changed_after_return"]
-        .as_array()
-        .is_some_and(|c| !c.is_empty())
-    {
+    if !checked.changed_after_return.is_empty() {
         problems.push("the outputs changed after forward returned".to_string());
     }
-    let aliased = ran["meta"]
-        .as_array()
-        .is_some_and(|m| m.iter().any(|o| o["aliases_input"] == json!(true)));
-    if aliased {
+    if !ran.aliased_outputs.is_empty() {
         problems.push("forward returned one of its inputs as an output".to_string());
     }
-    if parse_launches(&ran["launches"]).is_empty() {
+    if own_launches(&ran.launches).is_empty() {
         problems.push(
             "forward launched none of the file's own @triton.jit kernels at these sizes (a \
              fallback for shapes the kernel does not handle?)"

@@ -1,0 +1,507 @@
+//! The stages of one evaluation, on one referee and one fresh candidate process:
+//! start → reference → load → trials → repeat → launch check → generalize → timing → profile →
+//! timed output. Each stage is a method of [`Session`], which owns the two processes and the
+//! scratch paths; what a stage finds goes into the [`Evaluation`] record, and the result is
+//! assembled from that record in one place (`judge::assemble`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crucible_result::{Failure, FailureClass, Finding, Launch, Severity, Stats, Timing};
+
+use super::calls::{candidate_call, referee_call};
+use super::record::{build_profile, merge_launches, own_launches, record_trial};
+use super::{Evaluation, LOW_COVERAGE, Stop, TimingConfig, Workers, fresh_seed, generalize};
+use crate::error::InfraError;
+use crate::protocol::{
+    CandidateRequest, CheckReply, Done, InitReply, PrepareReply, ProfileReply, RefereeRequest,
+    RunReply, TimeDeliverReply, TimeReferenceReply, TimeReply, TimedLoop,
+};
+use crate::timing::{TimingEvidence, batch_count, timing_findings};
+
+/// Profiled forwards per evaluation; the busy-time witness keeps the least.
+const PROFILED_FORWARDS: u32 = 3;
+/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most).
+const OUTSIDE_BATCHES: u32 = 3;
+const OUTSIDE_BATCH_TARGET_MS: f64 = 60.0;
+
+/// Runs every stage after the static verifier. Timing and profile land in `eval` as they are
+/// measured, so a later stage's failure keeps them.
+pub(super) fn run(
+    eval: &mut Evaluation<'_>,
+    prestarted: Option<Workers>,
+    task_path: &std::path::Path,
+    candidate_src: &[u8],
+) -> Result<(), Stop> {
+    let mut session = Session::start(eval, prestarted, task_path, candidate_src)?;
+    let outcome = session.stages(eval);
+    session.workers.candidate.kill();
+    session.workers.referee.kill();
+    outcome
+}
+
+/// One evaluation's processes and paths.
+struct Session {
+    workers: Workers,
+    /// The task file, absolute (the referee loads it).
+    task: PathBuf,
+    /// The candidate's copy of its source, in its scratch directory.
+    candidate_file: PathBuf,
+    /// The candidate's own kernel launches over every run so far.
+    launches: Vec<Launch>,
+    /// Runs that launched none of the candidate's own kernels.
+    launch_free: Vec<String>,
+}
+
+/// What the timing stage hands to the stages after it.
+struct TimedPhase {
+    reference: TimeReferenceReply,
+    claimed_ms: Vec<f64>,
+    phase_wall_s: f64,
+    /// The outside witness: ms per back-to-back forward, and forwards per batch.
+    outside: Option<(f64, u32)>,
+    payload: String,
+    delivered_problem: Option<String>,
+}
+
+impl Session {
+    /// The `start` stage: ready processes (prestarted ones if they fit), the candidate's file.
+    fn start(
+        eval: &mut Evaluation<'_>,
+        prestarted: Option<Workers>,
+        task_path: &std::path::Path,
+        candidate_src: &[u8],
+    ) -> Result<Session, Stop> {
+        let (cfg, runtime) = (eval.cfg, eval.runtime);
+        // Workers started for another device (or configuration) are not used.
+        let prestarted = prestarted.filter(|w| w.device == cfg.device);
+        let workers = eval.stage("start", |_| {
+            let mut workers = match prestarted {
+                Some(workers) => workers,
+                None => Workers::start(runtime, cfg).map_err(Stop::Infra)?,
+            };
+            workers.ready(cfg.limits.start)?;
+            Ok(workers)
+        })?;
+        if !workers.missing_sandbox.is_empty() {
+            eval.findings.push(Finding::new(
+                "sandbox-degraded",
+                Severity::Info,
+                format!(
+                    "the candidate ran in a partial sandbox, without: {}",
+                    workers.missing_sandbox.join("; ")
+                ),
+            ));
+        }
+        let infra = |what| move |e| Stop::Infra(InfraError::io(what)(e));
+        let candidate_file = workers.candidate_dir.path().join("solution.py");
+        std::fs::write(&candidate_file, candidate_src)
+            .map_err(infra("writing the candidate file"))?;
+        let task = std::fs::canonicalize(task_path).map_err(infra("reading the task"))?;
+        Ok(Session {
+            workers,
+            task,
+            candidate_file,
+            launches: Vec::new(),
+            launch_free: Vec::new(),
+        })
+    }
+
+    /// Every stage after `start`, in order; the first failure ends the evaluation.
+    fn stages(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+        let init_inputs = self.reference(eval)?;
+        self.load(eval, init_inputs)?;
+        self.trials(eval)?;
+        self.repeat(eval)?;
+        if !self.launch_check(eval) {
+            return Ok(());
+        }
+        let usable = generalize::generalize_stage(
+            eval,
+            &mut self.workers.referee,
+            &mut self.workers.candidate,
+            &self.task,
+            &eval.seeds.clone(),
+        )?;
+        let Some(timing_cfg) = eval.cfg.timing.clone().filter(|_| eval.cfg.is_gpu()) else {
+            return Ok(());
+        };
+        if !usable {
+            return Ok(());
+        }
+        let phase = self.timing(eval, &timing_cfg)?;
+        let profiled = self.profile(eval, &phase)?;
+        self.check_timing(eval, &timing_cfg, &phase, &profiled)?;
+        self.timed_output(eval, phase.delivered_problem)
+    }
+
+    /// The referee loads the task and builds the reference; returns the init inputs.
+    fn reference(&mut self, eval: &mut Evaluation<'_>) -> Result<String, Stop> {
+        let cfg = eval.cfg;
+        let request = RefereeRequest::Init {
+            task_path: self.task.clone(),
+            profile: eval.size_profile.clone(),
+            device: cfg.device.harness_name().to_string(),
+            transport: cfg.transport_name().to_string(),
+            shared_dir: self.workers.shared_dir.clone(),
+            init_seed: eval.seeds.init,
+            inputs_on_host: cfg.inputs_on_host,
+            tolerance: cfg.tolerance.referee_tolerances(),
+        };
+        let referee = &mut self.workers.referee;
+        eval.stage("reference", |eval| {
+            let limit = cfg.limits.load + cfg.limits.trial;
+            let reply: InitReply = referee_call(referee, &request, limit)?;
+            let env = reply.env;
+            eval.env.device_name = env.device_name;
+            eval.env.torch = Some(env.torch);
+            eval.env.triton = env.triton;
+            eval.env.cuda = env.cuda;
+            eval.env.driver = env.driver;
+            eval.env.python = Some(env.python);
+            eval.size_profile = reply.profile;
+            Ok(reply.init_inputs)
+        })
+    }
+
+    /// The candidate process imports the file and builds `ModelNew`.
+    fn load(&mut self, eval: &mut Evaluation<'_>, init_inputs: String) -> Result<(), Stop> {
+        let cfg = eval.cfg;
+        let request = CandidateRequest::Load {
+            candidate_path: self.candidate_file.clone(),
+            device: cfg.device.harness_name().to_string(),
+            init_seed: eval.seeds.init,
+            init_inputs,
+        };
+        let candidate = &mut self.workers.candidate;
+        eval.stage("load", |_| {
+            candidate_call::<Done>(candidate, "load", &request, cfg.limits.load).map(drop)
+        })
+    }
+
+    /// One trial: fresh inputs from the referee, one forward, and the referee's comparison
+    /// while the candidate is frozen.
+    fn trial(
+        &mut self,
+        eval: &Evaluation<'_>,
+        stage: &str,
+        seed: u64,
+        keep: bool,
+        against_kept: bool,
+    ) -> Result<(RunReply, CheckReply), Stop> {
+        let limit = eval.cfg.limits.trial;
+        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
+        let trial = stage.to_string();
+        let prepare = RefereeRequest::Prepare {
+            trial: trial.clone(),
+            seed,
+        };
+        let prepared: PrepareReply = referee_call(referee, &prepare, limit)?;
+        // The repeat (`against_kept`) runs with autograd on, unlike the trials: a candidate
+        // that does its own work in only one grad mode shows there.
+        let run = CandidateRequest::Run {
+            stage: stage.to_string(),
+            trial: trial.clone(),
+            payload: prepared.payload,
+            grad: against_kept,
+        };
+        let ran: RunReply = candidate_call(candidate, stage, &run, limit)?;
+        let check = RefereeRequest::Check {
+            trial,
+            keep,
+            against_kept,
+        };
+        candidate.freeze(true);
+        let checked = referee_call(referee, &check, limit);
+        candidate.freeze(false);
+        let checked: CheckReply = checked?;
+        let launches = own_launches(&ran.launches);
+        if launches.is_empty() {
+            self.launch_free.push(stage.to_string());
+        }
+        merge_launches(&mut self.launches, launches);
+        Ok((ran, checked))
+    }
+
+    /// The correctness trials, each on fresh inputs; the first is kept for the repeat.
+    fn trials(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+        for (index, seed) in eval.seeds.trials.clone().into_iter().enumerate() {
+            let name = format!("trial_{index}");
+            let passed = eval.stage(&name, |eval| {
+                let (ran, checked) = self.trial(eval, &name, seed, index == 0, false)?;
+                Ok(record_trial(eval, seed, &ran, &checked))
+            })?;
+            if !passed {
+                return Err(incorrect(eval, name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Trial 0's inputs once more: a candidate that caches by call count, or whose results
+    /// depend on more than its inputs, shows here.
+    fn repeat(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+        let seed = eval.seeds.trials[0];
+        let passed = eval.stage("repeat", |eval| {
+            let (ran, checked) = self.trial(eval, "repeat", seed, false, true)?;
+            if !checked.repeat_problems.is_empty() {
+                eval.findings.push(Finding::new(
+                    "nondeterministic",
+                    Severity::Flag,
+                    format!(
+                        "two runs on the same inputs disagree beyond the tolerance: {}",
+                        checked.repeat_problems.join("; ")
+                    ),
+                ));
+            }
+            let passed = record_trial(eval, seed, &ran, &checked);
+            if let Some(last) = eval.trials.last_mut() {
+                last.repeat_of = Some(0);
+            }
+            Ok(passed)
+        })?;
+        if passed {
+            Ok(())
+        } else {
+            Err(incorrect(eval, "repeat".into()))
+        }
+    }
+
+    /// Every run must have launched the file's own kernels; returns whether they all did.
+    fn launch_check(&mut self, eval: &mut Evaluation<'_>) -> bool {
+        eval.launches = std::mem::take(&mut self.launches);
+        if self.launch_free.is_empty() {
+            return true;
+        }
+        eval.findings.push(Finding::new(
+            "no-triton-launch",
+            Severity::Reject,
+            format!(
+                "forward returned correct outputs but launched none of the file's own \
+                 @triton.jit kernels in {} (the repeat runs with autograd on); the work must be \
+                 done by your Triton kernels",
+                self.launch_free.join(", ")
+            ),
+        ));
+        false
+    }
+
+    /// Both sides time the same loop on fresh inputs; the outside witness is measured last.
+    fn timing(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        timing_cfg: &TimingConfig,
+    ) -> Result<TimedPhase, Stop> {
+        let limit = eval.cfg.limits.timing;
+        let timed = TimedLoop {
+            seed: eval.seeds.timing,
+            warmup: timing_cfg.warmup,
+            iters: timing_cfg.iters,
+            flush_bytes: timing_cfg.flush_bytes,
+        };
+        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
+        eval.stage("timing", |_| {
+            let request = RefereeRequest::TimeReference {
+                timed: timed.clone(),
+            };
+            let reference: TimeReferenceReply = referee_call(referee, &request, limit)?;
+            // The timed inputs are shared like a trial's, and their expected outputs kept for
+            // the timed-output check.
+            let prepare = RefereeRequest::Prepare {
+                trial: "timing".into(),
+                seed: timed.seed,
+            };
+            let prepared: PrepareReply = referee_call(referee, &prepare, limit)?;
+            // Mapping (and, with `shm`, staging) the inputs is a request of its own: the
+            // measured window below holds the timed loop alone, like the referee's.
+            let open = CandidateRequest::TimeOpen {
+                stage: "timing".into(),
+                payload: prepared.payload.clone(),
+            };
+            candidate_call::<Done>(candidate, "timing", &open, limit)?;
+            let time = CandidateRequest::Time {
+                stage: "timing".into(),
+                timed: timed.clone(),
+                // One timed iteration, unknown to the candidate until now, is checked.
+                check_iteration: fresh_seed() % u64::from(timed.iters.max(1)),
+            };
+            let phase = Instant::now();
+            let claimed: TimeReply = candidate_call(candidate, "timing", &time, limit)?;
+            let phase_wall_s = phase.elapsed().as_secs_f64();
+            let deliver = CandidateRequest::TimeDeliver {
+                stage: "timing".into(),
+            };
+            let delivered: TimeDeliverReply = candidate_call(candidate, "timing", &deliver, limit)?;
+            let iteration_ms = phase_wall_s * 1e3 / f64::from(timed.iters + timed.warmup);
+            let outside = outside_forward(candidate, limit, iteration_ms)?;
+            Ok(TimedPhase {
+                reference,
+                claimed_ms: claimed.samples_ms,
+                phase_wall_s,
+                outside,
+                payload: prepared.payload,
+                delivered_problem: delivered.problem,
+            })
+        })
+    }
+
+    /// Profiled forwards on the timed inputs: coverage, and the busy-time witness.
+    fn profile(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        phase: &TimedPhase,
+    ) -> Result<ProfileReply, Stop> {
+        let limit = eval.cfg.limits.timing;
+        let request = CandidateRequest::Profile {
+            stage: "profile".into(),
+            payload: phase.payload.clone(),
+            forwards: PROFILED_FORWARDS,
+        };
+        let candidate = &mut self.workers.candidate;
+        let profiled: ProfileReply = eval.stage("profile", |_| {
+            candidate_call(candidate, "profile", &request, limit)
+        })?;
+        let profile = build_profile(&profiled);
+        let coverage = if profile.total_gpu_us > 0.0 {
+            profile.candidate_triton_us / profile.total_gpu_us
+        } else {
+            0.0
+        };
+        if coverage < LOW_COVERAGE {
+            eval.findings.push(Finding::new(
+                "low-coverage",
+                Severity::Flag,
+                format!(
+                    "only {:.1}% of the forward's GPU time is spent in your own Triton kernels; \
+                     move the remaining work into them",
+                    coverage * 100.0
+                ),
+            ));
+        }
+        eval.profile = Some(profile);
+        Ok(profiled)
+    }
+
+    /// The candidate's claims against the witnesses (`timing.rs`), and the timing record.
+    fn check_timing(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        timing_cfg: &TimingConfig,
+        phase: &TimedPhase,
+        profiled: &ProfileReply,
+    ) -> Result<(), Stop> {
+        let profiled_busy_ms = profiled
+            .busy_us
+            .iter()
+            .copied()
+            .reduce(f64::min)
+            .map(|us| us / 1e3);
+        eval.findings.extend(timing_findings(&TimingEvidence {
+            candidate: &phase.claimed_ms,
+            candidate_phase_s: phase.phase_wall_s,
+            profiled_busy_ms,
+            outside_forward_ms: phase.outside.map(|(ms, _)| ms),
+            io_bytes: phase.reference.io_bytes,
+            device_name: eval.env.device_name.as_deref().unwrap_or(""),
+        }));
+        let (Some(reference), Some(candidate)) = (
+            Stats::from_samples(&phase.reference.samples_ms),
+            Stats::from_samples(&phase.claimed_ms),
+        ) else {
+            return Err(Stop::Infra(InfraError::Protocol {
+                who: "harness",
+                detail: "a timing reply holds no samples".into(),
+            }));
+        };
+        eval.timing = Some(Timing {
+            reference,
+            candidate,
+            warmup: timing_cfg.warmup,
+            l2_flush_bytes: timing_cfg.flush_bytes,
+            candidate_phase_wall_s: phase.phase_wall_s,
+            profiled_busy_ms,
+            outside_forward_ms: phase.outside.map(|(ms, _)| ms),
+            outside_batch_forwards: phase.outside.map(|(_, count)| count),
+        });
+        Ok(())
+    }
+
+    /// Last, since the profile still maps the timing buffers: was the timed output right?
+    fn timed_output(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        delivered_problem: Option<String>,
+    ) -> Result<(), Stop> {
+        let limit = eval.cfg.limits.timing;
+        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
+        let checked: CheckReply = eval.stage("timed-output", |_| {
+            let check = RefereeRequest::Check {
+                trial: "timing".into(),
+                keep: false,
+                against_kept: false,
+            };
+            candidate.freeze(true);
+            let checked = referee_call(referee, &check, limit);
+            candidate.freeze(false);
+            checked
+        })?;
+        let problems: Vec<String> = delivered_problem
+            .into_iter()
+            .chain(checked.problems)
+            .collect();
+        if !problems.is_empty() {
+            eval.findings.push(Finding::new(
+                "timed-output-mismatch",
+                Severity::Reject,
+                format!(
+                    "the output of a timed iteration is wrong although the correctness trials \
+                     passed (cached, replayed or skipped work while being timed): {}",
+                    problems.join("; ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The outside witness of one forward's cost (ms) and the batch size it used: batches of
+/// back-to-back forwards on the timed inputs, each timed here around its request, less the
+/// cost of an empty request; the least of several, since host noise only adds time.
+fn outside_forward(
+    candidate: &mut crate::process::HarnessProcess,
+    limit: std::time::Duration,
+    iteration_ms: f64,
+) -> Result<Option<(f64, u32)>, Stop> {
+    let count = batch_count(iteration_ms, OUTSIDE_BATCH_TARGET_MS);
+    let mut least_ms = |count: u32| -> Result<f64, Stop> {
+        let mut least = f64::INFINITY;
+        for _ in 0..OUTSIDE_BATCHES {
+            let request = CandidateRequest::TimeBatch {
+                stage: "timing".into(),
+                count,
+            };
+            let started = Instant::now();
+            candidate_call::<Done>(candidate, "timing", &request, limit)?;
+            least = least.min(started.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(least)
+    };
+    let empty_ms = least_ms(0)?;
+    let batch_ms = least_ms(count)?;
+    let per_forward = (batch_ms - empty_ms).max(0.0) / f64::from(count);
+    Ok(per_forward.is_finite().then_some((per_forward, count)))
+}
+
+/// The failure for the trial just recorded.
+fn incorrect(eval: &Evaluation<'_>, stage: String) -> Stop {
+    let message = eval
+        .trials
+        .last()
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    Stop::Candidate(Failure {
+        class: FailureClass::Incorrect,
+        stage,
+        message,
+    })
+}

@@ -1,0 +1,598 @@
+//! The harness protocol: every request the judge sends to a harness process and every reply it
+//! accepts, in one place.
+//!
+//! Messages are one JSON object per line on the process's private channel (fd 3). A request is
+//! tagged by `op`. A reply is `{"ok": true, ...fields}` or a failure: the referee's
+//! `{"ok": false, "error", "traceback"}` (the judge's fault), the candidate's
+//! `{"ok": false, "class", "message"}` (charged to the candidate). Replies are parsed
+//! strictly: a missing field, an unexpected one or a wrong type is a protocol error, never a
+//! default. From the referee (trusted) that is an `infra_error`; from the candidate process,
+//! which runs hostile code that can write anything to its channel, it is the candidate's crash.
+//!
+//! The same shapes are written to `python/crucible_harness/protocol.json` as JSON Schema
+//! ([`document`]); the harness checks every request it receives and every reply it sends against
+//! it, and a test here fails when the checked-in file and these types drift apart.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Which prepared input set a request is about: `trial_0`…, `repeat`, `timing`, `generalize`.
+pub(crate) type TrialKey = String;
+
+/// (atol, rtol) per output precision.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Tolerances {
+    pub fp32: [f64; 2],
+    pub half: [f64; 2],
+}
+
+/// What the timing requests share (both sides time the same loop).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimedLoop {
+    pub seed: u64,
+    pub warmup: u32,
+    pub iters: u32,
+    pub flush_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum RefereeRequest {
+    /// Load the task, build the reference model.
+    Init {
+        task_path: PathBuf,
+        /// A size profile name, or `auto`.
+        profile: String,
+        device: String,
+        /// `shm` or `cuda_ipc`.
+        transport: String,
+        /// Where shared tensors live (the candidate may write there).
+        shared_dir: PathBuf,
+        init_seed: u64,
+        inputs_on_host: bool,
+        tolerance: Tolerances,
+    },
+    /// Draw seeded inputs, compute the expected outputs, share inputs and NaN-poisoned slots.
+    Prepare { trial: TrialKey, seed: u64 },
+    /// Compare the slots with the expected outputs (the candidate is frozen meanwhile).
+    Check {
+        trial: TrialKey,
+        /// Keep this trial's outputs for a later `against_kept` comparison.
+        keep: bool,
+        /// Also compare with the kept outputs (the repeat run).
+        against_kept: bool,
+    },
+    /// Time the reference on fresh inputs.
+    TimeReference {
+        #[serde(flatten)]
+        timed: TimedLoop,
+    },
+    /// Whether and how to run the generalization trial.
+    GeneralizePlan {
+        /// `auto`, `on` or `off`.
+        mode: String,
+    },
+    /// Load the task again at the planned sizes and build its reference.
+    Generalize {
+        task_path: PathBuf,
+        init_seed: u64,
+        seed: u64,
+    },
+    /// `prepare`, on the generalized task.
+    PrepareGeneralized { trial: TrialKey, seed: u64 },
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum CandidateRequest {
+    /// Import the candidate file and build `ModelNew(*init_inputs)`.
+    Load {
+        candidate_path: PathBuf,
+        device: String,
+        init_seed: u64,
+        /// The referee's init inputs, pickled and base64-encoded.
+        init_inputs: String,
+    },
+    /// Build a second `ModelNew` from other init inputs (the generalization trial).
+    Reload {
+        stage: String,
+        init_seed: u64,
+        init_inputs: String,
+    },
+    /// One forward on shared inputs; outputs are copied into the shared slots.
+    Run {
+        stage: String,
+        trial: TrialKey,
+        payload: String,
+        grad: bool,
+    },
+    /// `run`, with the model built by `reload`.
+    RunGeneralized {
+        stage: String,
+        trial: TrialKey,
+        payload: String,
+        grad: bool,
+    },
+    /// Map the timed phase's inputs and slots (outside the measured window).
+    TimeOpen { stage: String, payload: String },
+    /// The timed loop; the output of iteration `check_iteration` is kept.
+    Time {
+        stage: String,
+        #[serde(flatten)]
+        timed: TimedLoop,
+        check_iteration: u64,
+    },
+    /// Copy the kept output into the slots.
+    TimeDeliver { stage: String },
+    /// `count` forwards back to back, then one synchronize (timed from outside).
+    TimeBatch { stage: String, count: u32 },
+    /// Profiled forwards.
+    Profile {
+        stage: String,
+        payload: String,
+        forwards: u32,
+    },
+}
+
+/// The first message of every harness process.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Hello {
+    pub ready: bool,
+}
+
+/// A harness process that cannot start says why instead of hello.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HelloFailure {
+    pub error: String,
+}
+
+/// Versions and device, as the referee saw them.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HarnessEnv {
+    pub device: String,
+    pub torch: String,
+    pub python: String,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub cuda: Option<String>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub device_name: Option<String>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub driver: Option<String>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub triton: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InitReply {
+    pub env: HarnessEnv,
+    pub init_inputs: String,
+    /// The size profile the task was loaded with.
+    pub profile: String,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PrepareReply {
+    /// Descriptors of the shared inputs and slots, pickled and base64-encoded.
+    pub payload: String,
+}
+
+/// Error statistics of one output against the expected one.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OutputStats {
+    pub index: u32,
+    pub shape: Vec<i64>,
+    /// Without the `torch.` prefix: `float32`.
+    pub dtype: String,
+    pub numel: u64,
+    pub max_abs: f64,
+    pub mean_abs: f64,
+    pub max_rel: f64,
+    pub mean_rel: f64,
+    pub mismatched: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PrecisionLoss {
+    pub index: u32,
+    pub max_abs: f64,
+    pub max_rel: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CheckReply {
+    pub outputs: Vec<OutputStats>,
+    pub problems: Vec<String>,
+    pub mutated_inputs: Vec<u32>,
+    pub changed_after_return: Vec<u32>,
+    pub repeat_problems: Vec<String>,
+    pub precision_loss: Vec<PrecisionLoss>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimeReferenceReply {
+    pub samples_ms: Vec<f64>,
+    /// Bytes of every input and output: the least traffic any implementation needs.
+    pub io_bytes: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PerturbedConstant {
+    pub name: String,
+    pub from: i64,
+    pub to: i64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GeneralizePlanReply {
+    /// Whether the trial was asked for at all (`auto` runs it only for tasks declaring it).
+    pub requested: bool,
+    /// `task` (the task's own `GENERALIZE` values) or `auto`; null when not requested.
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub source: Option<String>,
+    pub constants: Vec<PerturbedConstant>,
+    /// Why the trial cannot run, if it cannot.
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub skip: Option<String>,
+    /// The task declares `GENERALIZE = False`.
+    pub opted_out: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GeneralizeReply {
+    /// Why the trial cannot run at these sizes (the reference fails there, say).
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub skip: Option<String>,
+    /// The generalized task's init inputs; null when skipped.
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub init_inputs: Option<String>,
+}
+
+/// The audit process's one request: the null candidates against one task.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum AuditRequest {
+    Audit {
+        task_path: PathBuf,
+        profile: String,
+        device: String,
+        init_seed: u64,
+        /// One seed per trial; a null passes only if it passes all of them.
+        seeds: Vec<u64>,
+        tolerance: Tolerances,
+        nulls: Vec<String>,
+    },
+}
+
+/// Shape and dtype of one reference output.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OutputShape {
+    pub shape: Vec<i64>,
+    pub dtype: String,
+}
+
+/// How one null candidate did on one task.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NullReport {
+    pub name: String,
+    pub passed: bool,
+    pub trials_run: u32,
+    pub trials_passed: u32,
+    /// Why this null could not be built for the task.
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub skipped: Option<String>,
+    /// The comparison's complaint on the first failing trial.
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub message: Option<String>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub max_abs: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub mismatched_fraction: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuditReply {
+    pub profile: String,
+    pub env: HarnessEnv,
+    pub outputs: Vec<OutputShape>,
+    pub nulls: Vec<NullReport>,
+}
+
+/// The audit process could not audit this task (it is trusted: the task's fault or ours).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuditFailure {
+    pub stage: String,
+    pub error: String,
+    pub traceback: String,
+    /// The process's CUDA context may be broken: start a fresh one.
+    pub restart: bool,
+}
+
+/// A reply that carries nothing but success.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Done {}
+
+/// Launches of one `@triton.jit` function during a run.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LaunchReport {
+    pub kernel: String,
+    /// The Python module that defines it (`crucible_candidate` for the candidate's own).
+    pub module: String,
+    pub calls: u32,
+    pub compiled_names: Vec<String>,
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub autotune_config: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunReply {
+    /// Indices of outputs that are one of the inputs (same storage).
+    pub aliased_outputs: Vec<u32>,
+    /// What is wrong with the outputs (count, type, shape, dtype, device), if anything.
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub problem: Option<String>,
+    pub launches: Vec<LaunchReport>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimeReply {
+    pub samples_ms: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimeDeliverReply {
+    #[serde(deserialize_with = "present")]
+    #[schemars(required)]
+    pub problem: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct KernelReport {
+    pub name: String,
+    pub calls: u32,
+    pub gpu_time_us: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProfileReply {
+    /// Per kernel name, from the first profiled forward.
+    pub kernels: Vec<KernelReport>,
+    /// Each profiled forward's GPU busy time (union of its device activity), µs.
+    pub busy_us: Vec<f64>,
+    pub launches: Vec<LaunchReport>,
+}
+
+/// The referee's failure reply: the judge's fault.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RefereeFailure {
+    pub error: String,
+    pub traceback: String,
+}
+
+/// The candidate process's failure reply: charged to the candidate.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CandidateFailure {
+    /// A failure class name; anything but the classes a candidate may claim becomes a runtime
+    /// error.
+    pub class: String,
+    pub message: String,
+}
+
+/// A field that may be null but must be there: serde would read a missing `Option` as `None`,
+/// which is exactly the silent default this protocol refuses.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    Option::<T>::deserialize(deserializer)
+}
+
+/// One reply, split into success (its fields) or failure.
+pub(crate) enum Reply<T, F> {
+    Ok(T),
+    Failed(F),
+}
+
+/// Parses a reply strictly. `Err` holds what is wrong with it.
+pub(crate) fn parse_reply<T: DeserializeOwned, F: DeserializeOwned>(
+    mut reply: Value,
+) -> Result<Reply<T, F>, String> {
+    let Some(fields) = reply.as_object_mut() else {
+        return Err(format!("a reply must be a JSON object, not {reply:.200}"));
+    };
+    let ok = match fields.remove("ok") {
+        Some(Value::Bool(ok)) => ok,
+        Some(other) => return Err(format!("`ok` must be true or false, not {other}")),
+        None => return Err("the reply has no `ok` field".into()),
+    };
+    let parsed = if ok {
+        serde_json::from_value(reply).map(Reply::Ok)
+    } else {
+        serde_json::from_value(reply).map(Reply::Failed)
+    };
+    parsed.map_err(|e| e.to_string())
+}
+
+/// Every request the judge sends and the reply each one gets, as JSON Schema: what the harness
+/// checks its side against (`python/crucible_harness/protocol.json`).
+pub fn document() -> Value {
+    use schemars::schema_for;
+    let replies = |pairs: &[(&str, Value)]| -> Value {
+        Value::Object(
+            pairs
+                .iter()
+                .map(|(op, s)| (op.to_string(), s.clone()))
+                .collect(),
+        )
+    };
+    let schema = |s: schemars::Schema| s.to_value();
+    serde_json::json!({
+        "about": "Generated from crates/crucible-judge/src/protocol.rs; do not edit. \
+                  `cargo test -p crucible-judge protocol` rewrites it with UPDATE_PROTOCOL=1.",
+        "hello": schema(schema_for!(Hello)),
+        "hello_failure": schema(schema_for!(HelloFailure)),
+        "referee": {
+            "request": schema(schema_for!(RefereeRequest)),
+            "failure": schema(schema_for!(RefereeFailure)),
+            "replies": replies(&[
+                ("init", schema(schema_for!(InitReply))),
+                ("prepare", schema(schema_for!(PrepareReply))),
+                ("check", schema(schema_for!(CheckReply))),
+                ("time_reference", schema(schema_for!(TimeReferenceReply))),
+                ("generalize_plan", schema(schema_for!(GeneralizePlanReply))),
+                ("generalize", schema(schema_for!(GeneralizeReply))),
+                ("prepare_generalized", schema(schema_for!(PrepareReply))),
+            ]),
+        },
+        "audit": {
+            "request": schema(schema_for!(AuditRequest)),
+            "failure": schema(schema_for!(AuditFailure)),
+            "replies": replies(&[("audit", schema(schema_for!(AuditReply)))]),
+        },
+        "candidate": {
+            "request": schema(schema_for!(CandidateRequest)),
+            "failure": schema(schema_for!(CandidateFailure)),
+            "replies": replies(&[
+                ("load", schema(schema_for!(Done))),
+                ("reload", schema(schema_for!(Done))),
+                ("run", schema(schema_for!(RunReply))),
+                ("run_generalized", schema(schema_for!(RunReply))),
+                ("time_open", schema(schema_for!(Done))),
+                ("time", schema(schema_for!(TimeReply))),
+                ("time_deliver", schema(schema_for!(TimeDeliverReply))),
+                ("time_batch", schema(schema_for!(Done))),
+                ("profile", schema(schema_for!(ProfileReply))),
+            ]),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(request_schema: &Value) -> Vec<String> {
+        let mut ops: Vec<String> = request_schema["oneOf"]
+            .as_array()
+            .expect("a tagged enum is a oneOf")
+            .iter()
+            .filter_map(|v| v["properties"]["op"]["const"].as_str().map(str::to_string))
+            .collect();
+        ops.sort();
+        ops
+    }
+
+    /// Every request has a reply shape, and nothing else does.
+    #[test]
+    fn every_op_has_exactly_one_reply_shape() {
+        let doc = document();
+        for side in ["referee", "candidate", "audit"] {
+            let mut replies: Vec<String> = doc[side]["replies"]
+                .as_object()
+                .expect("replies")
+                .keys()
+                .cloned()
+                .collect();
+            replies.sort();
+            assert_eq!(ops(&doc[side]["request"]), replies, "{side}");
+        }
+    }
+
+    /// The harness checks its side against the checked-in schema; it must be this one.
+    #[test]
+    fn the_harness_schema_is_generated_from_these_types() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../python/crucible_harness/protocol.json");
+        let generated = serde_json::to_string_pretty(&document()).expect("json") + "\n";
+        if std::env::var_os("UPDATE_PROTOCOL").is_some() {
+            std::fs::write(&path, &generated).expect("write protocol.json");
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "python/crucible_harness/protocol.json is out of date: rerun this test with \
+             UPDATE_PROTOCOL=1"
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_an_error_not_a_default() {
+        let reply = serde_json::json!({"ok": true, "samples_ms": [1.0], "phase_s": 0.1});
+        let err = parse_reply::<TimeReferenceReply, RefereeFailure>(reply)
+            .err()
+            .expect("a missing field");
+        assert!(err.contains("io_bytes"), "{err}");
+    }
+
+    #[test]
+    fn an_unexpected_field_is_an_error() {
+        let reply = serde_json::json!({"ok": true, "payload": "x", "extra": 1});
+        let err = parse_reply::<PrepareReply, RefereeFailure>(reply)
+            .err()
+            .expect("an unknown field");
+        assert!(err.contains("extra"), "{err}");
+    }
+
+    #[test]
+    fn a_nullable_field_must_still_be_present() {
+        let reply = serde_json::json!({"ok": true});
+        assert!(parse_reply::<TimeDeliverReply, CandidateFailure>(reply).is_err());
+        let reply = serde_json::json!({"ok": true, "problem": null});
+        assert!(matches!(
+            parse_reply::<TimeDeliverReply, CandidateFailure>(reply),
+            Ok(Reply::Ok(TimeDeliverReply { problem: None }))
+        ));
+    }
+
+    #[test]
+    fn failures_parse_as_failures() {
+        let reply = serde_json::json!({"ok": false, "error": "E", "traceback": "T"});
+        assert!(matches!(
+            parse_reply::<Done, RefereeFailure>(reply),
+            Ok(Reply::Failed(RefereeFailure { .. }))
+        ));
+    }
+}
