@@ -162,16 +162,12 @@ pub(crate) struct HarnessEnv {
     pub torch: String,
     pub python: String,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub cuda: Option<String>,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub device_name: Option<String>,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub driver: Option<String>,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub triton: Option<String>,
 }
 
@@ -249,12 +245,10 @@ pub(crate) struct GeneralizePlanReply {
     pub requested: bool,
     /// `task` (the task's own `GENERALIZE` values) or `auto`; null when not requested.
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub source: Option<String>,
     pub constants: Vec<PerturbedConstant>,
     /// Why the trial cannot run, if it cannot.
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub skip: Option<String>,
     /// The task declares `GENERALIZE = False`.
     pub opted_out: bool,
@@ -265,11 +259,9 @@ pub(crate) struct GeneralizePlanReply {
 pub(crate) struct GeneralizeReply {
     /// Why the trial cannot run at these sizes (the reference fails there, say).
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub skip: Option<String>,
     /// The generalized task's init inputs; null when skipped.
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub init_inputs: Option<String>,
 }
 
@@ -307,17 +299,13 @@ pub(crate) struct NullReport {
     pub trials_passed: u32,
     /// Why this null could not be built for the task.
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub skipped: Option<String>,
     /// The comparison's complaint on the first failing trial.
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub message: Option<String>,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub max_abs: Option<f64>,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub mismatched_fraction: Option<f64>,
 }
 
@@ -356,7 +344,6 @@ pub(crate) struct LaunchReport {
     pub calls: u32,
     pub compiled_names: Vec<String>,
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub autotune_config: Option<String>,
 }
 
@@ -367,7 +354,6 @@ pub(crate) struct RunReply {
     pub aliased_outputs: Vec<u32>,
     /// What is wrong with the outputs (count, type, shape, dtype, device), if anything.
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub problem: Option<String>,
     pub launches: Vec<LaunchReport>,
 }
@@ -382,7 +368,6 @@ pub(crate) struct TimeReply {
 #[serde(deny_unknown_fields)]
 pub(crate) struct TimeDeliverReply {
     #[serde(deserialize_with = "present")]
-    #[schemars(required)]
     pub problem: Option<String>,
 }
 
@@ -468,7 +453,7 @@ pub fn document() -> Value {
                 .collect(),
         )
     };
-    let schema = |s: schemars::Schema| s.to_value();
+    let schema = |s: schemars::Schema| every_field_required(s.to_value());
     serde_json::json!({
         "about": "Generated from crates/crucible-judge/src/protocol.rs; do not edit. \
                   `cargo test -p crucible-judge protocol` rewrites it with UPDATE_PROTOCOL=1.",
@@ -508,6 +493,26 @@ pub fn document() -> Value {
             ]),
         },
     })
+}
+
+/// Every field of every message is required, nullable ones included (see [`present`]); the
+/// schema generator leaves an `Option` field out of `required`, so it is put back here.
+fn every_field_required(mut schema: Value) -> Value {
+    fn walk(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::Object(properties)) = map.get("properties") {
+                    let names = properties.keys().cloned().map(Value::String).collect();
+                    map.insert("required".into(), Value::Array(names));
+                }
+                map.values_mut().for_each(walk);
+            }
+            Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut schema);
+    schema
 }
 
 #[cfg(test)]

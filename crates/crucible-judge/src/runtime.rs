@@ -31,6 +31,14 @@ const HARNESS_FILES: &[(&str, &str)] = &[
         "audit.py",
         include_str!("../../../python/crucible_harness/audit.py"),
     ),
+    (
+        "protocol.py",
+        include_str!("../../../python/crucible_harness/protocol.py"),
+    ),
+    (
+        "protocol.json",
+        include_str!("../../../python/crucible_harness/protocol.json"),
+    ),
 ];
 
 /// The pinned Python requirements; the bootstrap venv is keyed by their hash.
