@@ -4,18 +4,19 @@ against tasks and reports which ones pass.
 It is trusted: it runs only task files and its own null outputs, never candidate code, so one
 process can loop over a whole suite without restarting (torch and CUDA start once). Inputs and
 the reference model are built exactly as the referee builds them (its own `init` and
-`draw_inputs`), and outputs are compared with the referee's own `compare`, so a null that passes
-here would pass the judge. The judge (Rust) drives it over fd 3, one task per request.
+`draw_inputs`), and outputs are compared with the referee's own comparison (`common.compare`,
+with `common.tolerance_for`), so a null that passes here would pass the judge. The judge (Rust)
+drives it over fd 3, one task per request.
 """
 
 import gc
-import os
 import sys
 import traceback
 
 from crucible_harness import common, referee
 
 NULLS = ("zeros", "ones", "input-copy", "broadcast-mean")
+
 
 class Skip(Exception):
     """This null cannot be built for this task (say, no input reshapes to the output)."""
@@ -64,10 +65,6 @@ class Auditor:
     def __init__(self, torch):
         self.torch = torch
 
-    def sync(self, device):
-        if device.startswith("cuda"):
-            self.torch.cuda.synchronize()
-
     def audit(self, msg):
         torch = self.torch
         device = msg["device"]
@@ -100,7 +97,7 @@ class Auditor:
                 for out in expected:
                     if type(out) is not torch.Tensor:
                         raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
-                self.sync(device)
+                common.sync(torch, device)
                 outputs = [{"shape": list(e.shape), "dtype": str(e.dtype).removeprefix("torch.")} for e in expected]
                 for name, result in results.items():
                     if result.get("skipped") or result.get("message"):
@@ -143,9 +140,8 @@ class Auditor:
             except Skip as why:
                 result["skipped"] = f"output {j}: {why}"
                 return
-            half = exp.dtype in (torch.float16, torch.bfloat16)
-            atol, rtol = tolerance["half" if half else "fp32"]
-            stats, problem = referee.compare(torch, exp, got, atol, rtol)
+            atol, rtol = common.tolerance_for(torch, tolerance, exp)
+            stats, problem = common.compare(torch, exp, got, atol, rtol)
             del got
             mismatched += stats["mismatched"]
             numel += stats["numel"]
@@ -159,26 +155,20 @@ class Auditor:
             result["trials_passed"] += 1
 
 
-def main():
-    chan = common.Channel()
-    import torch
+def failure(exc, _msg):
+    """A request that fails outside `audit` (which reports a task's own failures itself)."""
+    return {
+        "ok": False,
+        "stage": "audit",
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
 
+
+def main():
+    chan, torch, _device = common.start("the audit process")
     auditor = Auditor(torch)
-    common.bring_up(torch, os.environ.get("CRUCIBLE_DEVICE", "cpu"))
-    chan.send({"ok": True, "ready": True})
-    while True:
-        msg = chan.recv()
-        op = msg.get("op")
-        if op == "exit":
-            return
-        try:
-            if op != "audit":
-                raise ValueError(f"unknown op {op!r}")
-            reply = auditor.audit(msg)
-            reply.setdefault("ok", True)
-        except Exception as exc:
-            reply = {"ok": False, "stage": "audit", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        chan.send(reply)
+    common.serve(chan, {"audit": auditor.audit}, failure)
 
 
 if __name__ == "__main__":

@@ -116,6 +116,19 @@ def describe(exc, path=None):
     return f"{type(exc).__name__}: {exc}\n{lines}".strip()
 
 
+def failure(exc, stage, during, path):
+    """The reply for a failure charged to the candidate: `stage` is the judge's stage it is
+    reported under, `during` what the process was doing (import, init, run, or the op), which
+    `classify` reads."""
+    return {"ok": False, "stage": stage, "class": classify(exc, during), "message": describe(exc, path)}
+
+
+def request_failure(exc, msg, path):
+    """What the request loop replies when a request raises: the candidate's failure too."""
+    op = msg.get("op")
+    return failure(exc, msg.get("stage", op), op, path)
+
+
 class Candidate:
     def __init__(self, torch, chan, recorder):
         self.torch = torch
@@ -133,7 +146,7 @@ class Candidate:
         try:
             module = common.load_module(msg["candidate_path"], CANDIDATE_MODULE, "full")
         except BaseException as exc:  # SystemExit from a hostile import is the candidate's fault too
-            return {"ok": False, "stage": "import", "class": classify(exc, "import"), "message": describe(exc, self.path)}
+            return failure(exc, "import", "import", self.path)
         model_cls = getattr(module, "ModelNew", None)
         if not isinstance(model_cls, type):
             return {
@@ -152,8 +165,8 @@ class Candidate:
                 if isinstance(self.model, torch.nn.Module):
                     self.model = self.model.to(self.device)
         except BaseException as exc:
-            return {"ok": False, "stage": "init", "class": classify(exc, "init"), "message": describe(exc, self.path)}
-        return {"ok": True}
+            return failure(exc, "init", "init", self.path)
+        return {}
 
     def reload(self, msg):
         """A second `ModelNew`, from the perturbed init inputs of the generalization trial, in
@@ -168,9 +181,9 @@ class Candidate:
                 if isinstance(model, torch.nn.Module):
                     model = model.to(self.device)
         except BaseException as exc:
-            return {"ok": False, "stage": msg["stage"], "class": classify(exc, "init"), "message": describe(exc, self.path)}
+            return failure(exc, msg["stage"], "init", self.path)
         self.generalized = model
-        return {"ok": True}
+        return {}
 
     def run_generalized(self, msg):
         """`run`, once, with the second model; then it is released, and timing uses the first."""
@@ -194,10 +207,6 @@ class Candidate:
         slots = [(common.open_shared(self.torch, o["desc"]), o) for o in desc["outputs"]]
         return inputs, slots
 
-    def sync(self):
-        if self.device.startswith("cuda"):
-            self.torch.cuda.synchronize()
-
     def run(self, msg):
         torch = self.torch
         inputs, slots = self.open_payload(msg["payload"])
@@ -207,9 +216,9 @@ class Candidate:
         try:
             with torch.set_grad_enabled(bool(msg.get("grad", False))):
                 out = self.model(*inputs)
-            self.sync()
+            common.sync(self.torch, self.device)
         except BaseException as exc:
-            reply = {"ok": False, "stage": msg["stage"], "class": classify(exc, "run"), "message": describe(exc, self.path)}
+            reply = failure(exc, msg["stage"], "run", self.path)
             if reply["class"] == "cuda_error":
                 # A sticky CUDA error aborts the process when the next tensor is freed, which
                 # would lose this diagnostic: report now, then leave without cleanup.
@@ -229,7 +238,7 @@ class Candidate:
                 )
             meta.append(entry)
         problem = self.deliver(outputs, slots, meta)
-        return {"ok": True, "meta": meta, "problem": problem, "launches": self.recorder.report()}
+        return {"meta": meta, "problem": problem, "launches": self.recorder.report()}
 
     def deliver(self, outputs, slots, meta):
         """Copies the outputs into the referee's slots; returns what is wrong with them, if anything."""
@@ -237,7 +246,8 @@ class Candidate:
         problem = None
         if len(outputs) != len(slots):
             problem = f"forward returned {len(outputs)} outputs; the reference returns {len(slots)}"
-        for j, (value, ((slot, host), spec)) in enumerate(zip(outputs, slots)):
+        # Not strict: a count mismatch is the problem reported above, not an exception.
+        for j, (value, ((slot, host), spec)) in enumerate(zip(outputs, slots, strict=False)):
             if problem:
                 break
             if type(value) is not torch.Tensor:
@@ -253,14 +263,14 @@ class Candidate:
                     slot.copy_(value)
                     if host is not None:
                         host.copy_(slot)
-        self.sync()
+        common.sync(self.torch, self.device)
         return problem
 
     def time_open(self, msg):
         """Maps the timed phase's inputs and slots. A request of its own, so that staging
         (through host memory with `shm`) stays out of the window the judge measures."""
         self.timed = self.open_payload(msg["payload"])
-        return {"ok": True}
+        return {}
 
     def time(self, msg):
         """The timed loop, and nothing else: the judge measures this request from outside. The
@@ -276,7 +286,7 @@ class Candidate:
         samples = common.time_forward(
             self.torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device, keep
         )
-        return {"ok": True, "samples_ms": samples}
+        return {"samples_ms": samples}
 
     def time_deliver(self, msg):
         """Hands the picked iteration's output to the referee's slots, so a candidate that only
@@ -287,7 +297,7 @@ class Candidate:
             outputs = self.kept["out"]
             meta = [{"type": f"{type(v).__module__}.{type(v).__qualname__}"} for v in outputs]
             problem = self.deliver(outputs, slots, meta)
-        return {"ok": True, "problem": problem}
+        return {"problem": problem}
 
     def time_batch(self, msg):
         """`count` forwards back to back on the timed inputs, then one synchronize: the judge
@@ -296,8 +306,8 @@ class Candidate:
         with self.torch.no_grad():
             for _ in range(msg["count"]):
                 self.model(*inputs)
-        self.sync()
-        return {"ok": True}
+        common.sync(self.torch, self.device)
+        return {}
 
     def profile(self, msg):
         """Profiled forwards: GPU time per kernel name, and each forward's busy time (the union
@@ -309,11 +319,11 @@ class Candidate:
         busy_us, kernels = [], None
         with torch.no_grad():
             self.model(*inputs)  # warm: compilation and autotuning stay out of the profile
-            self.sync()
+            common.sync(self.torch, self.device)
             for _ in range(msg.get("forwards", 1)):
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     self.model(*inputs)
-                    self.sync()
+                    common.sync(self.torch, self.device)
                 records = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
                 busy_us.append(union_length([(e.time_range.start, e.time_range.end) for e in records]))
                 if kernels is None:
@@ -323,7 +333,6 @@ class Candidate:
                         entry[0] += 1
                         entry[1] += event.time_range.elapsed_us()
         return {
-            "ok": True,
             "kernels": [{"name": n, "calls": c, "gpu_time_us": t} for n, (c, t) in sorted((kernels or {}).items())],
             "busy_us": busy_us,
             "launches": self.recorder.report(),
@@ -344,22 +353,15 @@ def union_length(intervals):
 
 
 def main():
-    chan = common.Channel()
-    import torch
+    # Triton's launch path is wrapped before the hello, and the device brought up before any
+    # candidate code runs: a failure there is the machine's (or the sandbox's), never the
+    # candidate's, and the context start overlaps the referee's.
     import triton
 
     recorder = LaunchRecorder()
     recorder.install(triton)
+    chan, torch, _device = common.start("the candidate process")
     candidate = Candidate(torch, chan, recorder)
-    device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
-    # Bring the device up before any candidate code runs: a failure here is the machine's
-    # (or the sandbox's), never the candidate's, and the context start overlaps the referee's.
-    try:
-        common.bring_up(torch, device)
-    except Exception as exc:
-        chan.send({"ok": False, "error": f"cannot use {device} in the candidate process: {exc}"})
-        return 1
-    chan.send({"ok": True, "ready": True})
     handlers = {
         "load": candidate.load,
         "run": candidate.run,
@@ -371,21 +373,8 @@ def main():
         "reload": candidate.reload,
         "run_generalized": candidate.run_generalized,
     }
-    while True:
-        msg = chan.recv()
-        op = msg.get("op")
-        if op == "exit":
-            return
-        try:
-            reply = handlers[op](msg)
-        except BaseException as exc:
-            reply = {
-                "ok": False,
-                "stage": msg.get("stage", op),
-                "class": classify(exc, op),
-                "message": describe(exc, candidate.path),
-            }
-        chan.send(reply)
+    # BaseException: a SystemExit or KeyboardInterrupt raised by candidate code is its failure too.
+    common.serve(chan, handlers, lambda exc, msg: request_failure(exc, msg, candidate.path), catch=BaseException)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,19 @@
-"""Pieces shared by the referee and the candidate process.
+"""Pieces shared by the referee, the candidate process and the audit process: start-up, the
+request loop, the channel, module loading, tensor transport, timing, and the output comparison.
 
 This file is trusted: the judge writes it, the candidate never edits it. It must stay small and
 boring. Everything the judge decides (verdicts, comparisons, statistics) happens in Rust or in
-the referee; the candidate process only runs the candidate and reports what it saw.
+the referee (the audit uses the same comparison); the candidate process only runs the candidate
+and reports what it saw. It imports this file too, but its copy is its own: nothing it does to it
+reaches the referee's.
 """
 
 import base64
 import importlib.util
 import json
 import os
-import re
 import pickle
+import re
 import socket
 import sys
 import time
@@ -37,6 +40,57 @@ class Channel:
         if not line:
             sys.exit(0)
         return json.loads(line)
+
+
+class UnknownOp(Exception):
+    """A request this process does not serve: the judge and the harness disagree."""
+
+    def __init__(self, op, known):
+        super().__init__(f"unknown op {op!r} (this process serves: {', '.join(sorted(known))}, exit)")
+
+
+def start(where, fd=CHANNEL_FD):
+    """The one start-up of every harness process: opens the channel, imports torch, brings the
+    device up, and says hello. A device that cannot be used is the machine's fault (or the
+    sandbox's), never a candidate's: the hello says so and the process exits with status 1.
+    Returns (channel, torch, device name)."""
+    chan = Channel(fd)
+    import torch
+
+    device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
+    try:
+        bring_up(torch, device)
+    except Exception as exc:
+        error = f"cannot use {device} in {where}: {exc}"
+        # Also in the log: a reader of the hello may only see that the process then exited.
+        print(error, file=sys.stderr)
+        chan.send({"ok": False, "error": error})
+        sys.exit(1)
+    chan.send({"ok": True, "ready": True})
+    return chan, torch, device
+
+
+def serve(chan, handlers, on_error, catch=Exception):
+    """The one request loop: reads a request, dispatches it by its `op` to `handlers[op](msg)`,
+    and sends the reply, until `exit` (or the judge closes the channel).
+
+    A handler returns its reply as a dict; a reply is a success (`"ok": true` is added) unless it
+    says `"ok": false` itself. An exception of type `catch` raised by a handler, and a request
+    for an op this process does not serve, become `on_error(exc, msg)`: each process decides who
+    is charged for it and says so in its own error shape."""
+    while True:
+        msg = chan.recv()
+        op = msg.get("op")
+        if op == "exit":
+            return
+        try:
+            handler = handlers.get(op)
+            if handler is None:
+                raise UnknownOp(op, handlers)
+            reply = {"ok": True, **handler(msg)}
+        except catch as exc:
+            reply = on_error(exc, msg)
+        chan.send(reply)
 
 
 def b64_pickle(obj):
@@ -84,6 +138,13 @@ def bring_up(torch, device):
         dev = torch.device(device)
         torch.cuda.set_device(dev)
         torch.empty(1, device=dev)
+
+
+def sync(torch, device):
+    """Waits for the device's queued work; a no-op on the CPU, where nothing is queued. The
+    current device is the process's one GPU (`bring_up`)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def device_context(torch, device):
@@ -218,3 +279,109 @@ def time_forward(torch, fn, args, warmup, iters, flush_bytes, device, on_output=
 
 def now():
     return time.perf_counter()
+
+
+# --- comparison ---------------------------------------------------------------------------------
+#
+# Used by the referee (the verdict) and the audit (null candidates), so that a null that passes
+# the audit would pass the judge.
+
+# The `strict` profile's fp32 tolerance (current KernelBench).
+STRICT_FP32 = 1e-4
+
+# Outputs larger than this are compared in slices: the comparison works in float64 with several
+# temporaries, and KernelBench level 1 has outputs of 1.6e9 elements.
+COMPARE_CHUNK = 1 << 25
+
+
+def tolerance_for(torch, tolerance, tensor):
+    """(atol, rtol) for an output of this dtype, from the judge's tolerance profile
+    (`{"fp32": [atol, rtol], "half": [atol, rtol]}`): fp16 and bf16 get the half entry."""
+    half = tensor.dtype in (torch.float16, torch.bfloat16)
+    return tolerance["half" if half else "fp32"]
+
+
+def compare(torch, exp, got, atol, rtol):
+    """Per-output error statistics, in slices for very large outputs (statistics combined)."""
+    if exp.numel() <= COMPARE_CHUNK:
+        return compare_block(torch, exp, got, atol, rtol)
+    flat_exp, flat_got = exp.reshape(-1), got.reshape(-1)
+    total, first_problem, combined = exp.numel(), None, None
+    for start in range(0, total, COMPARE_CHUNK):
+        end = min(start + COMPARE_CHUNK, total)
+        stats, problem = compare_block(torch, flat_exp[start:end], flat_got[start:end], atol, rtol)
+        if problem and first_problem is None:
+            first_problem = f"in flat elements [{start}, {end}): {problem}"
+        if combined is None:
+            combined = dict(stats, mean_abs=0.0, mean_rel=0.0, mismatched=0)
+        weight = (end - start) / total
+        combined["max_abs"] = max(combined["max_abs"], stats["max_abs"])
+        combined["max_rel"] = max(combined["max_rel"], stats["max_rel"])
+        combined["mean_abs"] += stats["mean_abs"] * weight
+        combined["mean_rel"] += stats["mean_rel"] * weight
+        combined["mismatched"] += stats["mismatched"]
+    combined.update(shape=list(exp.shape), numel=total)
+    return combined, first_problem
+
+
+def compare_block(torch, expected, got, atol, rtol):
+    """Error statistics of one block; the candidate's shape and dtype were checked by the slot copy."""
+    stats = {
+        "shape": list(expected.shape),
+        "dtype": str(expected.dtype).removeprefix("torch."),
+        "numel": expected.numel(),
+        "max_abs": 0.0,
+        "mean_abs": 0.0,
+        "max_rel": 0.0,
+        "mean_rel": 0.0,
+        "mismatched": 0,
+    }
+    if expected.numel() == 0:
+        return stats, None
+    exp = expected.detach().to(torch.float64)
+    act = got.detach().to(torch.float64)
+    exp_finite = torch.isfinite(exp)
+    act_finite = torch.isfinite(act)
+    # NaN/Inf where the reference has none fails; where the reference has them, they must match.
+    bad_nonfinite = (exp_finite & ~act_finite) | (~exp_finite & ~(act.eq(exp) | (exp.isnan() & act.isnan())))
+    diff = (act - exp).abs()
+    diff = torch.where(exp_finite & act_finite, diff, torch.zeros_like(diff))
+    rel = diff / exp.abs().clamp_min(1e-12)
+    within = diff <= atol + rtol * exp.abs()
+    mismatched = (~within & exp_finite & act_finite) | bad_nonfinite
+    stats.update(
+        max_abs=diff.max().item(),
+        mean_abs=diff.mean().item(),
+        max_rel=rel.max().item(),
+        mean_rel=rel.mean().item(),
+        mismatched=int(mismatched.sum().item()),
+    )
+    if bad_nonfinite.any():
+        count = int(bad_nonfinite.sum().item())
+        if not act_finite.all() and act.isnan().all():
+            return stats, "every element is NaN (was the output written at all?)"
+        return stats, f"{count} elements are NaN/Inf where the reference is finite (or the reverse)"
+    if stats["mismatched"]:
+        where = mismatched.reshape(-1).nonzero()[0].item()
+        idx = unravel(where, expected.shape)
+        return stats, (
+            f"{stats['mismatched']} of {stats['numel']} elements differ beyond atol={atol}, rtol={rtol}; "
+            f"max abs error {stats['max_abs']:.6g}; first at index {idx}: "
+            f"expected {exp.reshape(-1)[where].item():.6g}, got {act.reshape(-1)[where].item():.6g}"
+        )
+    return stats, None
+
+
+def same_bits(torch, a, b):
+    """Bitwise equality (NaN-safe, unlike torch.equal on floats)."""
+    return a.shape == b.shape and torch.equal(
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    )
+
+
+def unravel(flat, shape):
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat % dim if dim else 0)
+        flat = flat // dim if dim else 0
+    return tuple(reversed(idx))

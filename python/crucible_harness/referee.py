@@ -6,11 +6,11 @@ task fault, never the candidate's).
 """
 
 import contextlib
-import os
 import sys
 import traceback
 
 from crucible_harness import common
+from crucible_harness.common import STRICT_FP32, compare, same_bits
 
 
 class Referee:
@@ -34,7 +34,7 @@ class Referee:
         profile = msg["profile"]
         if profile == "auto":
             # Small sizes on the CPU (the Triton interpreter is slow), the file as written on a GPU.
-            has_small = "small" in (getattr(common.peek_profiles(msg["task_path"]), "keys", lambda: [])())
+            has_small = "small" in (getattr(common.peek_profiles(msg["task_path"]), "keys", list)())
             profile = "small" if self.device == "cpu" and has_small else "full"
         self.profile = profile
         self.module = common.load_module(msg["task_path"], "crucible_task", profile)
@@ -81,8 +81,7 @@ class Referee:
         for out in expected:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        common.sync(torch, self.device)
         shared_inputs, input_descs = [], []
         for i, x in enumerate(inputs):
             if isinstance(x, torch.Tensor):
@@ -110,7 +109,7 @@ class Referee:
         return slot
 
     def _shared_input_value(self, x, desc):
-        if desc is None or desc["kind"] != "shm" or not self.device == "cpu":
+        if desc is None or desc["kind"] != "shm" or self.device != "cpu":
             return x
         return desc["mapped"][: desc["numel"]].view(desc["shape"])
 
@@ -123,12 +122,11 @@ class Referee:
         torch = self.torch
         index = msg["trial"]
         inputs, pristine, expected, shared_inputs, slots = self.trials.pop(index)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        common.sync(torch, self.device)
         snapshot = [self._slot_value(slot, desc).clone() for slot, desc in slots]
         outputs, problems, repeat_problems, precision_loss = [], [], [], []
-        for j, (exp, got) in enumerate(zip(expected, snapshot)):
-            atol, rtol = self.tolerance_for(exp)
+        for j, (exp, got) in enumerate(zip(expected, snapshot, strict=True)):
+            atol, rtol = common.tolerance_for(torch, self.tolerance, exp)
             stats, problem = compare(torch, exp, got, atol, rtol)
             stats["index"] = j
             outputs.append(stats)
@@ -143,22 +141,21 @@ class Referee:
         if msg.get("keep"):
             self.kept = snapshot
         if msg.get("against_kept") and self.kept is not None:
-            for j, (first, again) in enumerate(zip(self.kept, snapshot)):
-                atol, rtol = self.tolerance_for(first)
+            for j, (first, again) in enumerate(zip(self.kept, snapshot, strict=True)):
+                atol, rtol = common.tolerance_for(torch, self.tolerance, first)
                 _stats, problem = compare(torch, first, again, atol, rtol)
                 if problem:
                     repeat_problems.append(f"output {j}, second run vs first: {problem}")
         mutated = []
-        for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs)):
+        for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs, strict=True)):
             if isinstance(orig, torch.Tensor):
                 now = self._shared_input_value(x, desc)
                 if not torch.equal(now, orig):
                     mutated.append(i)
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        common.sync(torch, self.device)
         changed = [
             j
-            for j, ((slot, desc), snap) in enumerate(zip(slots, snapshot))
+            for j, ((slot, desc), snap) in enumerate(zip(slots, snapshot, strict=True))
             if not same_bits(torch, self._slot_value(slot, desc), snap)
         ]
         return {
@@ -180,22 +177,36 @@ class Referee:
         if msg["mode"] == "auto" and declared is None:
             return {"requested": False}
         if declared is False:
-            return {"requested": True, "source": "task", "constants": [], "skip": "the task opts out (GENERALIZE = False)",
-                    "opted_out": True}
+            return {
+                "requested": True,
+                "source": "task",
+                "constants": [],
+                "skip": "the task opts out (GENERALIZE = False)",
+                "opted_out": True,
+            }
         source = "task" if isinstance(declared, dict) else "auto"
         if declared not in (None, True) and source == "auto":
-            return {"requested": True, "source": "task", "constants": [],
-                    "skip": f"GENERALIZE must be True, False or a dict of int values, not {declared!r}"}
+            return {
+                "requested": True,
+                "source": "task",
+                "constants": [],
+                "skip": f"GENERALIZE must be True, False or a dict of int values, not {declared!r}",
+            }
         try:
-            changes = explicit_perturbation(self.module, declared) if source == "task" else auto_perturbation(self.module)
+            changes = (
+                explicit_perturbation(self.module, declared) if source == "task" else auto_perturbation(self.module)
+            )
         except Exception as exc:
             return {"requested": True, "source": source, "constants": [], "skip": f"{type(exc).__name__}: {exc}"}
         self.generalize_changes = changes
         constants = [{"name": name, "from": old, "to": new} for name, (old, new) in changes.items()]
         skip = None
         if not changes:
-            skip = ("GENERALIZE changes no constant" if source == "task" else
-                    "the task has no module-level int size constant (>= 2) that get_inputs or get_init_inputs reads")
+            skip = (
+                "GENERALIZE changes no constant"
+                if source == "task"
+                else "the task has no module-level int size constant (>= 2) that get_inputs or get_init_inputs reads"
+            )
         return {"requested": True, "source": source, "constants": constants, "skip": skip}
 
     def generalize(self, msg):
@@ -211,8 +222,10 @@ class Referee:
                 setattr(module, name, new)
             perturbed_shapes = input_shapes(torch, module)
             if perturbed_shapes is not None and perturbed_shapes == input_shapes(torch, self.module):
-                return {"skip": "the perturbed constants do not change the task's inputs (get_inputs and "
-                        "get_init_inputs return the same shapes and values)"}
+                return {
+                    "skip": "the perturbed constants do not change the task's inputs (get_inputs and "
+                    "get_init_inputs return the same shapes and values)"
+                }
             with common.device_context(torch, self.device):
                 init_inputs = list(module.get_init_inputs())
                 common.seed_all(torch, msg["init_seed"])
@@ -245,10 +258,6 @@ class Referee:
             self.module, self.model = saved
             self.generalized = None
 
-    def tolerance_for(self, tensor):
-        half = tensor.dtype in (self.torch.float16, self.torch.bfloat16)
-        return self.tolerance["half" if half else "fp32"]
-
     def time_reference(self, msg):
         torch = self.torch
         inputs = self.draw_inputs(msg["seed"])
@@ -263,98 +272,6 @@ class Referee:
         # The least traffic any implementation needs: read every input and write every output once.
         io_bytes = sum(x.numel() * x.element_size() for x in tensors)
         return {"samples_ms": samples, "phase_s": phase_s, "io_bytes": io_bytes}
-
-
-# The `strict` profile's fp32 tolerance (current KernelBench).
-STRICT_FP32 = 1e-4
-
-# Outputs larger than this are compared in slices: the comparison works in float64 with several
-# temporaries, and KernelBench level 1 has outputs of 1.6e9 elements.
-COMPARE_CHUNK = 1 << 25
-
-
-def compare(torch, exp, got, atol, rtol):
-    """Per-output error statistics, in slices for very large outputs (statistics combined)."""
-    if exp.numel() <= COMPARE_CHUNK:
-        return compare_block(torch, exp, got, atol, rtol)
-    flat_exp, flat_got = exp.reshape(-1), got.reshape(-1)
-    total, first_problem, combined = exp.numel(), None, None
-    for start in range(0, total, COMPARE_CHUNK):
-        end = min(start + COMPARE_CHUNK, total)
-        stats, problem = compare_block(torch, flat_exp[start:end], flat_got[start:end], atol, rtol)
-        if problem and first_problem is None:
-            first_problem = f"in flat elements [{start}, {end}): {problem}"
-        if combined is None:
-            combined = dict(stats, mean_abs=0.0, mean_rel=0.0, mismatched=0)
-        weight = (end - start) / total
-        combined["max_abs"] = max(combined["max_abs"], stats["max_abs"])
-        combined["max_rel"] = max(combined["max_rel"], stats["max_rel"])
-        combined["mean_abs"] += stats["mean_abs"] * weight
-        combined["mean_rel"] += stats["mean_rel"] * weight
-        combined["mismatched"] += stats["mismatched"]
-    combined.update(shape=list(exp.shape), numel=total)
-    return combined, first_problem
-
-
-def compare_block(torch, expected, got, atol, rtol):
-    """Error statistics of one block; the candidate's shape and dtype were checked by the slot copy."""
-    stats = {
-        "shape": list(expected.shape),
-        "dtype": str(expected.dtype).removeprefix("torch."),
-        "numel": expected.numel(),
-        "max_abs": 0.0,
-        "mean_abs": 0.0,
-        "max_rel": 0.0,
-        "mean_rel": 0.0,
-        "mismatched": 0,
-    }
-    if expected.numel() == 0:
-        return stats, None
-    exp = expected.detach().to(torch.float64)
-    act = got.detach().to(torch.float64)
-    exp_finite = torch.isfinite(exp)
-    act_finite = torch.isfinite(act)
-    # NaN/Inf where the reference has none fails; where the reference has them, they must match.
-    bad_nonfinite = (exp_finite & ~act_finite) | (~exp_finite & ~(act.eq(exp) | (exp.isnan() & act.isnan())))
-    diff = (act - exp).abs()
-    diff = torch.where(exp_finite & act_finite, diff, torch.zeros_like(diff))
-    rel = diff / exp.abs().clamp_min(1e-12)
-    within = diff <= atol + rtol * exp.abs()
-    mismatched = (~within & exp_finite & act_finite) | bad_nonfinite
-    stats.update(
-        max_abs=diff.max().item(),
-        mean_abs=diff.mean().item(),
-        max_rel=rel.max().item(),
-        mean_rel=rel.mean().item(),
-        mismatched=int(mismatched.sum().item()),
-    )
-    if bad_nonfinite.any():
-        count = int(bad_nonfinite.sum().item())
-        if not act_finite.all() and act.isnan().all():
-            return stats, "every element is NaN (was the output written at all?)"
-        return stats, f"{count} elements are NaN/Inf where the reference is finite (or the reverse)"
-    if stats["mismatched"]:
-        where = mismatched.reshape(-1).nonzero()[0].item()
-        idx = unravel(where, expected.shape)
-        return stats, (
-            f"{stats['mismatched']} of {stats['numel']} elements differ beyond atol={atol}, rtol={rtol}; "
-            f"max abs error {stats['max_abs']:.6g}; first at index {idx}: "
-            f"expected {exp.reshape(-1)[where].item():.6g}, got {act.reshape(-1)[where].item():.6g}"
-        )
-    return stats, None
-
-
-def same_bits(torch, a, b):
-    """Bitwise equality (NaN-safe, unlike torch.equal on floats)."""
-    return a.shape == b.shape and torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
-
-
-def unravel(flat, shape):
-    idx = []
-    for dim in reversed(shape):
-        idx.append(flat % dim if dim else 0)
-        flat = flat // dim if dim else 0
-    return tuple(reversed(idx))
 
 
 # --- generalization: which constants change, and to what ---------------------------------------
@@ -448,6 +365,11 @@ def input_shapes(torch, module):
         return None
 
 
+def failure(exc, _msg):
+    """A referee failure is the judge's (or the task's), never the candidate's."""
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(traceback.format_exception(exc))}
+
+
 def main():
     # Not dumpable: a process without CAP_SYS_PTRACE (the candidate drops it) can neither trace
     # this one nor read its memory through /proc, where the expected outputs live.
@@ -455,17 +377,8 @@ def main():
 
     PR_SET_DUMPABLE = 4
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    chan = common.Channel()
-    import torch
-
+    chan, torch, _device = common.start("the referee")
     referee = Referee(torch, chan)
-    device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
-    try:
-        common.bring_up(torch, device)
-    except Exception as exc:
-        chan.send({"ok": False, "error": f"cannot use {device} in the referee: {exc}"})
-        return 1
-    chan.send({"ok": True, "ready": True})
     handlers = {
         "init": referee.init,
         "prepare": referee.prepare,
@@ -475,17 +388,7 @@ def main():
         "generalize": referee.generalize,
         "prepare_generalized": referee.prepare_generalized,
     }
-    while True:
-        msg = chan.recv()
-        op = msg.get("op")
-        if op == "exit":
-            return
-        try:
-            reply = handlers[op](msg)
-            reply["ok"] = True
-        except Exception as exc:
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        chan.send(reply)
+    common.serve(chan, handlers, failure)
 
 
 if __name__ == "__main__":

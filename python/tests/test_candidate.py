@@ -1,0 +1,130 @@
+"""The time-independent parts of the candidate process (candidate.py): the launch recorder under
+the Triton interpreter, failure classes, the reply shapes, and interval union."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from crucible_harness import candidate
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    """Installed once: it wraps Triton's launch path at class level, for the whole process."""
+    recorder = candidate.LaunchRecorder()
+    recorder.install(triton)
+    return recorder
+
+
+@triton.jit
+def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
+
+
+@triton.jit
+def never_launched(x_ptr):
+    tl.store(x_ptr, 0)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 16})], key=["n"])
+@triton.jit
+def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
+
+
+@triton.jit
+def not_a_power_of_two(x_ptr):
+    tl.store(x_ptr + tl.arange(0, 3), 0.0)
+
+
+def launch_add_one(x):
+    out = torch.empty_like(x)
+    add_one[(triton.cdiv(x.numel(), 8),)](x, out, x.numel(), BLOCK=8)
+    return out
+
+
+def test_launches_are_counted_per_launch_not_per_program(recorder):
+    recorder.calls.clear()
+    x = torch.arange(20, dtype=torch.float32)  # three programs per launch
+    assert torch.equal(launch_add_one(x), x + 1)
+    launch_add_one(x)
+    report = {entry["kernel"]: entry for entry in recorder.report()}
+    assert report["add_one"]["calls"] == 2
+    assert report["add_one"]["module"] == __name__
+    assert "never_launched" not in report  # defined but never launched: missing, as it should be
+
+
+def test_autotuned_kernels_record_the_config_the_interpreter_keeps(recorder):
+    recorder.calls.clear()
+    x = torch.arange(10, dtype=torch.float32)
+    out = torch.empty_like(x)
+    double[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+    assert torch.equal(out, x * 2)
+    report = {entry["kernel"]: entry for entry in recorder.report()}
+    # Without a driver every config "takes" the same time: the first one is kept, deterministically.
+    assert report["double"]["autotune_config"] == str(double.configs[0])
+    assert report["double"]["calls"] == 1
+
+
+def raised(fn, *args):
+    try:
+        fn(*args)
+    except BaseException as exc:
+        return exc
+    raise AssertionError("expected an exception")
+
+
+def test_classify_by_exception_type_and_stage(recorder):
+    syntax = raised(compile, "def f(:\n", "c.py", "exec")
+    missing = raised(__import__, "crucible_no_such_module")
+    assert candidate.classify(syntax, "import") == "syntax_error"
+    assert candidate.classify(missing, "import") == "import_error"
+    # The same import error while running is the candidate's runtime error, not an import failure.
+    assert candidate.classify(missing, "run") == "runtime_error"
+    assert candidate.classify(torch.OutOfMemoryError("out of memory"), "run") == "out_of_memory"
+    assert candidate.classify(MemoryError(), "init") == "out_of_memory"
+    assert candidate.classify(torch.AcceleratorError("illegal address"), "run") == "cuda_error"
+    assert candidate.classify(ValueError("cuda error: out of memory"), "run") == "runtime_error"  # never by text
+    assert candidate.classify(SystemExit(0), "import") == "runtime_error"
+
+
+def test_classify_reads_compile_errors_from_the_interpreter(recorder):
+    # The interpreter has no compile step: the frontend's checks raise while it runs.
+    exc = raised(not_a_power_of_two[(1,)], torch.zeros(4))
+    assert candidate.classify(exc, "run") == "triton_compile_error"
+
+
+def test_failure_replies_carry_the_stage_the_class_and_the_candidates_own_frames(tmp_path):
+    path = tmp_path / "cand.py"
+    path.write_text("def forward():\n    raise ValueError('bad value')\n")
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    exc = raised(namespace["forward"])
+    reply = candidate.failure(exc, "correctness_2", "run", str(path))
+    assert reply["ok"] is False
+    assert (reply["stage"], reply["class"]) == ("correctness_2", "runtime_error")
+    message = reply["message"]
+    assert message.startswith("ValueError: bad value")
+    assert f'File "{path}", line 2, in forward' in message
+    assert __file__ not in message  # only the candidate's own frames, when it has any
+
+
+@pytest.mark.parametrize(
+    ("intervals", "length"),
+    [
+        ([], 0.0),
+        ([(0.0, 2.0)], 2.0),
+        ([(0.0, 1.0), (2.0, 4.0)], 3.0),  # disjoint
+        ([(0.0, 3.0), (1.0, 5.0)], 5.0),  # overlapping
+        ([(0.0, 10.0), (2.0, 3.0), (4.0, 5.0)], 10.0),  # nested
+        ([(0.0, 1.0), (1.0, 2.0)], 2.0),  # touching
+        ([(5.0, 6.0), (0.0, 2.0), (1.0, 3.0)], 4.0),  # unsorted
+    ],
+)
+def test_union_length_counts_overlaps_once(intervals, length):
+    assert candidate.union_length(intervals) == pytest.approx(length)

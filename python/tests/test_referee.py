@@ -1,0 +1,157 @@
+"""The referee's trial on the CPU (referee.py): prepare shares the inputs and NaN-poisoned output
+slots, check compares what the candidate left there. The candidate's side is played by the real
+`Candidate` where a whole run matters, and by writing the shared slots directly otherwise."""
+
+import sys
+
+import pytest
+import torch
+from conftest import TOLERANCE, write
+
+from crucible_harness import candidate, common, referee
+
+
+@pytest.fixture
+def ref(tmp_path, relu_task):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    r = referee.Referee(torch, None)
+    reply = r.init(
+        {
+            "device": "cpu",
+            "transport": "shm",
+            "scratch": str(scratch),
+            "tolerance": TOLERANCE,
+            "profile": "auto",
+            "task_path": str(relu_task),
+            "init_seed": 11,
+        }
+    )
+    r.init_reply = reply
+    return r
+
+
+def shared(payload):
+    """What the candidate maps: the inputs and the output slots, from the payload alone."""
+    desc = common.b64_unpickle(payload)
+    inputs = [common.open_shared(torch, item["tensor"])[0] for item in desc["inputs"]]
+    slots = [common.open_shared(torch, item["desc"])[0] for item in desc["outputs"]]
+    return desc, inputs, slots
+
+
+def test_init_picks_the_small_profile_on_the_cpu(ref):
+    assert ref.init_reply["profile"] == "small"
+    assert common.b64_unpickle(ref.init_reply["init_inputs"]) == []
+    assert ref.init_reply["env"]["device"] == "cpu"
+
+
+def test_prepare_shares_the_drawn_inputs_and_nan_slots(ref, tmp_path):
+    desc, inputs, slots = shared(ref.prepare({"trial": 0, "seed": 5})["payload"])
+    torch.manual_seed(5)
+    drawn = torch.randn(6, 16)  # the task's get_inputs at the small size, with the trial's seed
+    assert torch.equal(inputs[0], drawn)
+    tensor_desc = desc["inputs"][0]["tensor"]
+    assert tensor_desc["kind"] == "shm"
+    assert tensor_desc["path"].startswith(str(tmp_path / "scratch"))
+    assert "mapped" not in tensor_desc
+    assert desc["outputs"][0]["shape"] == [6, 16]
+    assert desc["outputs"][0]["dtype"] == "torch.float32"
+    assert slots[0].isnan().all()
+
+
+def test_an_honest_candidate_passes(ref, tmp_path):
+    path = write(
+        tmp_path / "honest.py",
+        """
+        import torch
+
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x)
+        """,
+    )
+    cand = candidate.Candidate(torch, None, candidate.LaunchRecorder())
+    loaded = cand.load(
+        {
+            "device": "cpu",
+            "candidate_path": str(path),
+            "init_inputs": ref.init_reply["init_inputs"],
+            "init_seed": 11,
+        }
+    )
+    assert loaded == {}
+    payload = ref.prepare({"trial": 0, "seed": 3})["payload"]
+    ran = cand.run({"payload": payload, "stage": "correctness_0"})
+    assert ran["problem"] is None
+    assert ran["meta"][0]["shape"] == [6, 16]
+    assert ran["meta"][0]["aliases_input"] is False
+    checked = ref.check({"trial": 0})
+    assert checked["passed"] is True
+    assert checked["problems"] == []
+    assert checked["mutated_inputs"] == []
+    assert checked["changed_after_return"] == []
+    assert checked["precision_loss"] == []
+    assert checked["outputs"][0]["mismatched"] == 0
+
+
+def test_slots_never_written_fail_as_all_nan(ref):
+    ref.prepare({"trial": 0, "seed": 3})
+    checked = ref.check({"trial": 0})
+    assert checked["passed"] is False
+    assert checked["problems"] == ["output 0: every element is NaN (was the output written at all?)"]
+
+
+def test_a_wrong_value_fails_with_its_index(ref):
+    _desc, inputs, slots = shared(ref.prepare({"trial": 0, "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    slots[0][4, 2] += 1.0
+    checked = ref.check({"trial": 0})
+    assert checked["passed"] is False
+    assert "first at index (4, 2)" in checked["problems"][0]
+
+
+def test_an_input_mutated_in_place_is_detected(ref):
+    _desc, inputs, slots = shared(ref.prepare({"trial": 0, "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    inputs[0].relu_()  # through the shared mapping, as a candidate process would
+    checked = ref.check({"trial": 0})
+    assert checked["passed"] is True  # the expected output was computed before sharing
+    assert checked["mutated_inputs"] == [0]
+
+
+def test_a_write_after_the_snapshot_is_detected(ref):
+    """The check compares a snapshot of the slots and then reads them again: a write landing in
+    between (a kernel still running, a process that escaped the stop) must show. The late write
+    is made, through the candidate's mapping, when the comparison starts."""
+    _desc, inputs, slots = shared(ref.prepare({"trial": 0, "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+
+    def late_writer(frame, event, _arg):
+        if event == "call" and frame.f_code is common.compare.__code__:
+            slots[0].fill_(7.0)
+
+    sys.setprofile(late_writer)
+    try:
+        checked = ref.check({"trial": 0})
+    finally:
+        sys.setprofile(None)
+    assert checked["passed"] is True  # the snapshot was right
+    assert checked["changed_after_return"] == [0]
+
+
+def test_passing_kb_tolerance_but_not_fp32_is_precision_loss(ref):
+    _desc, inputs, slots = shared(ref.prepare({"trial": 0, "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]) + 1e-3)  # within 1e-2, beyond the strict 1e-4
+    checked = ref.check({"trial": 0})
+    assert checked["passed"] is True
+    assert [entry["index"] for entry in checked["precision_loss"]] == [0]
+    assert checked["precision_loss"][0]["max_abs"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):
+    for trial, noise in ((0, 0.0), (1, 0.5)):
+        _desc, inputs, slots = shared(ref.prepare({"trial": trial, "seed": 3})["payload"])
+        slots[0].copy_(torch.relu(inputs[0]) + noise)
+        checked = ref.check({"trial": trial, "keep": trial == 0, "against_kept": trial == 1})
+    assert len(checked["repeat_problems"]) == 1
+    assert checked["repeat_problems"][0].startswith("output 0, second run vs first: ")
