@@ -77,7 +77,7 @@ class Auditor:
                 {
                     "device": device,
                     "transport": "shm",
-                    "scratch": None,
+                    "shared_dir": None,
                     "tolerance": tolerance,
                     "profile": msg["profile"],
                     "task_path": msg["task_path"],
@@ -98,7 +98,7 @@ class Auditor:
                     if type(out) is not torch.Tensor:
                         raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
                 common.sync(torch, device)
-                outputs = [{"shape": list(e.shape), "dtype": str(e.dtype).removeprefix("torch.")} for e in expected]
+                outputs = [{"shape": list(e.shape), "dtype": common.dtype_name(e.dtype)} for e in expected]
                 for name, result in results.items():
                     if result.get("skipped") or result.get("message"):
                         continue  # already out: passing needs every trial
@@ -122,6 +122,8 @@ class Auditor:
                 torch.cuda.empty_cache()
         for result in results.values():
             result["passed"] = not result.get("skipped") and result["trials_passed"] == len(msg["seeds"])
+            for optional in ("skipped", "message", "max_abs", "mismatched_fraction"):
+                result.setdefault(optional, None)
         return {
             "profile": ref.profile,
             "env": common.env_info(torch, device),
@@ -162,13 +164,14 @@ def failure(exc, _msg):
         "stage": "audit",
         "error": f"{type(exc).__name__}: {exc}",
         "traceback": "".join(traceback.format_exception(exc)),
+        "restart": False,
     }
 
 
 def main():
     chan, torch, _device = common.start("the audit process")
     auditor = Auditor(torch)
-    common.serve(chan, {"audit": auditor.audit}, failure)
+    common.serve(chan, {"audit": auditor.audit}, failure, "audit")
 
 
 if __name__ == "__main__":

@@ -116,17 +116,15 @@ def describe(exc, path=None):
     return f"{type(exc).__name__}: {exc}\n{lines}".strip()
 
 
-def failure(exc, stage, during, path):
-    """The reply for a failure charged to the candidate: `stage` is the judge's stage it is
-    reported under, `during` what the process was doing (import, init, run, or the op), which
-    `classify` reads."""
-    return {"ok": False, "stage": stage, "class": classify(exc, during), "message": describe(exc, path)}
+def failure(exc, during, path):
+    """The reply for a failure charged to the candidate (the judge knows the stage): `during` is
+    what the process was doing (import, init, run, or the op), which `classify` reads."""
+    return {"ok": False, "class": classify(exc, during), "message": describe(exc, path)}
 
 
 def request_failure(exc, msg, path):
     """What the request loop replies when a request raises: the candidate's failure too."""
-    op = msg.get("op")
-    return failure(exc, msg.get("stage", op), op, path)
+    return failure(exc, msg.get("op"), path)
 
 
 class Candidate:
@@ -146,12 +144,11 @@ class Candidate:
         try:
             module = common.load_module(msg["candidate_path"], CANDIDATE_MODULE, "full")
         except BaseException as exc:  # SystemExit from a hostile import is the candidate's fault too
-            return failure(exc, "import", "import", self.path)
+            return failure(exc, "import", self.path)
         model_cls = getattr(module, "ModelNew", None)
         if not isinstance(model_cls, type):
             return {
                 "ok": False,
-                "stage": "import",
                 "class": "missing_model_new",
                 "message": "the file defines no class `ModelNew`; define `class ModelNew(nn.Module)` "
                 "with the same constructor arguments as `Model`",
@@ -165,7 +162,7 @@ class Candidate:
                 if isinstance(self.model, torch.nn.Module):
                     self.model = self.model.to(self.device)
         except BaseException as exc:
-            return failure(exc, "init", "init", self.path)
+            return failure(exc, "init", self.path)
         return {}
 
     def reload(self, msg):
@@ -181,7 +178,7 @@ class Candidate:
                 if isinstance(model, torch.nn.Module):
                     model = model.to(self.device)
         except BaseException as exc:
-            return failure(exc, msg["stage"], "init", self.path)
+            return failure(exc, "init", self.path)
         self.generalized = model
         return {}
 
@@ -218,7 +215,7 @@ class Candidate:
                 out = self.model(*inputs)
             common.sync(self.torch, self.device)
         except BaseException as exc:
-            reply = failure(exc, msg["stage"], "run", self.path)
+            reply = failure(exc, "run", self.path)
             if reply["class"] == "cuda_error":
                 # A sticky CUDA error aborts the process when the next tensor is freed, which
                 # would lose this diagnostic: report now, then leave without cleanup.
@@ -226,21 +223,15 @@ class Candidate:
                 os._exit(0)
             return reply
         outputs = common.as_output_list(torch, out)
-        meta = []
-        for j, value in enumerate(outputs):
-            entry = {"index": j, "type": f"{type(value).__module__}.{type(value).__qualname__}"}
-            if isinstance(value, torch.Tensor):
-                entry.update(
-                    shape=list(value.shape),
-                    dtype=str(value.dtype),
-                    device=str(value.device),
-                    aliases_input=value.numel() > 0 and value.data_ptr() in input_ptrs,
-                )
-            meta.append(entry)
-        problem = self.deliver(outputs, slots, meta)
-        return {"meta": meta, "problem": problem, "launches": self.recorder.report()}
+        aliased = [
+            j
+            for j, value in enumerate(outputs)
+            if isinstance(value, torch.Tensor) and value.numel() > 0 and value.data_ptr() in input_ptrs
+        ]
+        problem = self.deliver(outputs, slots)
+        return {"aliased_outputs": aliased, "problem": problem, "launches": self.recorder.report()}
 
-    def deliver(self, outputs, slots, meta):
+    def deliver(self, outputs, slots):
         """Copies the outputs into the referee's slots; returns what is wrong with them, if anything."""
         torch = self.torch
         problem = None
@@ -251,11 +242,12 @@ class Candidate:
             if problem:
                 break
             if type(value) is not torch.Tensor:
-                problem = f"output {j} is a {meta[j]['type']}; it must be exactly torch.Tensor"
+                kind = f"{type(value).__module__}.{type(value).__qualname__}"
+                problem = f"output {j} is a {kind}; it must be exactly torch.Tensor"
             elif list(value.shape) != spec["shape"]:
                 problem = f"output {j} has shape {list(value.shape)}; expected {spec['shape']}"
-            elif str(value.dtype) != spec["dtype"]:
-                problem = f"output {j} has dtype {value.dtype}; expected {spec['dtype']}"
+            elif common.dtype_name(value.dtype) != spec["dtype"]:
+                problem = f"output {j} has dtype {common.dtype_name(value.dtype)}; expected {spec['dtype']}"
             elif str(value.device) != str(slot.device):
                 problem = f"output {j} is on {value.device}; expected {slot.device}"
             else:
@@ -294,9 +286,7 @@ class Candidate:
         _inputs, slots = self.timed
         problem = "the picked iteration produced no output"
         if "out" in self.kept:
-            outputs = self.kept["out"]
-            meta = [{"type": f"{type(v).__module__}.{type(v).__qualname__}"} for v in outputs]
-            problem = self.deliver(outputs, slots, meta)
+            problem = self.deliver(self.kept["out"], slots)
         return {"problem": problem}
 
     def time_batch(self, msg):
@@ -374,7 +364,9 @@ def main():
         "run_generalized": candidate.run_generalized,
     }
     # BaseException: a SystemExit or KeyboardInterrupt raised by candidate code is its failure too.
-    common.serve(chan, handlers, lambda exc, msg: request_failure(exc, msg, candidate.path), catch=BaseException)
+    common.serve(
+        chan, handlers, lambda exc, msg: request_failure(exc, msg, candidate.path), "candidate", catch=BaseException
+    )
 
 
 if __name__ == "__main__":

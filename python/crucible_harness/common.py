@@ -18,6 +18,8 @@ import socket
 import sys
 import time
 
+from crucible_harness import protocol
+
 CHANNEL_FD = 3
 
 
@@ -46,7 +48,7 @@ class UnknownOp(Exception):
     """A request this process does not serve: the judge and the harness disagree."""
 
     def __init__(self, op, known):
-        super().__init__(f"unknown op {op!r} (this process serves: {', '.join(sorted(known))}, exit)")
+        super().__init__(f"unknown op {op!r} (this process serves: {', '.join(sorted(known))})")
 
 
 def start(where, fd=CHANNEL_FD):
@@ -70,24 +72,27 @@ def start(where, fd=CHANNEL_FD):
     return chan, torch, device
 
 
-def serve(chan, handlers, on_error, catch=Exception):
+def serve(chan, handlers, on_error, side, catch=Exception):
     """The one request loop: reads a request, dispatches it by its `op` to `handlers[op](msg)`,
-    and sends the reply, until `exit` (or the judge closes the channel).
+    and sends the reply, until the judge closes the channel.
 
     A handler returns its reply as a dict; a reply is a success (`"ok": true` is added) unless it
-    says `"ok": false` itself. An exception of type `catch` raised by a handler, and a request
-    for an op this process does not serve, become `on_error(exc, msg)`: each process decides who
-    is charged for it and says so in its own error shape."""
+    says `"ok": false` itself. Every request is checked against the protocol (`protocol.json`,
+    generated from the judge's types) before it is handled, and every reply before it is sent:
+    `side` (referee, candidate, audit) names this process's part of it. An exception of type
+    `catch` raised by a handler, a request that does not fit, a reply that does not fit, and a
+    request for an op this process does not serve become `on_error(exc, msg)`: each process
+    decides who is charged for it and says so in its own error shape."""
     while True:
         msg = chan.recv()
         op = msg.get("op")
-        if op == "exit":
-            return
         try:
             handler = handlers.get(op)
             if handler is None:
                 raise UnknownOp(op, handlers)
+            protocol.check_request(side, msg)
             reply = {"ok": True, **handler(msg)}
+            protocol.check_reply(side, op, reply)
         except catch as exc:
             reply = on_error(exc, msg)
         chan.send(reply)
@@ -138,6 +143,11 @@ def bring_up(torch, device):
         dev = torch.device(device)
         torch.cuda.set_device(dev)
         torch.empty(1, device=dev)
+
+
+def dtype_name(dtype):
+    """`float32`, never `torch.float32`: the one spelling of a dtype in every message."""
+    return str(dtype).removeprefix("torch.")
 
 
 def sync(torch, device):
@@ -215,7 +225,7 @@ def share_tensor(torch, tensor, transport, directory, tag):
     return {
         "kind": "shm",
         "path": path,
-        "dtype": str(flat.dtype).removeprefix("torch."),
+        "dtype": dtype_name(flat.dtype),
         "shape": list(tensor.shape),
         "numel": flat.numel(),
         "device": str(tensor.device),
@@ -328,7 +338,7 @@ def compare_block(torch, expected, got, atol, rtol):
     """Error statistics of one block; the candidate's shape and dtype were checked by the slot copy."""
     stats = {
         "shape": list(expected.shape),
-        "dtype": str(expected.dtype).removeprefix("torch."),
+        "dtype": dtype_name(expected.dtype),
         "numel": expected.numel(),
         "max_abs": 0.0,
         "mean_abs": 0.0,

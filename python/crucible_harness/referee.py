@@ -24,7 +24,7 @@ class Referee:
         torch = self.torch
         self.device = msg["device"]
         self.transport = msg["transport"]
-        self.scratch = msg["scratch"]
+        self.shared_dir = msg["shared_dir"]
         self.tolerance = msg["tolerance"]
         self.inputs_on_host = msg.get("inputs_on_host", False)
         # CUDA IPC maps a whole cudaMalloc segment, not just the shared tensor, and the caching
@@ -85,7 +85,7 @@ class Referee:
         shared_inputs, input_descs = [], []
         for i, x in enumerate(inputs):
             if isinstance(x, torch.Tensor):
-                desc = common.share_tensor(torch, x, self.transport, self.scratch, f"t{index}_in{i}")
+                desc = common.share_tensor(torch, x, self.transport, self.shared_dir, f"t{index}_in{i}")
                 shared_inputs.append(desc)
                 input_descs.append({"tensor": common.public_desc(desc)})
             else:
@@ -95,9 +95,11 @@ class Referee:
         for j, exp in enumerate(expected):
             with self.shared_memory():
                 slot = torch.full_like(exp, float("nan")) if exp.is_floating_point() else torch.full_like(exp, -123457)
-            desc = common.share_tensor(torch, slot, self.transport, self.scratch, f"t{index}_out{j}")
+            desc = common.share_tensor(torch, slot, self.transport, self.shared_dir, f"t{index}_out{j}")
             slots.append((slot, desc))
-            slot_descs.append({"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": str(exp.dtype)})
+            slot_descs.append(
+                {"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": common.dtype_name(exp.dtype)}
+            )
         self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
         return {"payload": payload}
@@ -159,7 +161,6 @@ class Referee:
             if not same_bits(torch, self._slot_value(slot, desc), snap)
         ]
         return {
-            "passed": not problems,
             "outputs": outputs,
             "problems": problems,
             "mutated_inputs": mutated,
@@ -175,7 +176,7 @@ class Referee:
         as loaded (size profile applied). Loads nothing."""
         declared = getattr(self.module, "GENERALIZE", None)
         if msg["mode"] == "auto" and declared is None:
-            return {"requested": False}
+            return {"requested": False, "source": None, "constants": [], "skip": None, "opted_out": False}
         if declared is False:
             return {
                 "requested": True,
@@ -191,13 +192,15 @@ class Referee:
                 "source": "task",
                 "constants": [],
                 "skip": f"GENERALIZE must be True, False or a dict of int values, not {declared!r}",
+                "opted_out": False,
             }
         try:
             changes = (
                 explicit_perturbation(self.module, declared) if source == "task" else auto_perturbation(self.module)
             )
         except Exception as exc:
-            return {"requested": True, "source": source, "constants": [], "skip": f"{type(exc).__name__}: {exc}"}
+            skip = f"{type(exc).__name__}: {exc}"
+            return {"requested": True, "source": source, "constants": [], "skip": skip, "opted_out": False}
         self.generalize_changes = changes
         constants = [{"name": name, "from": old, "to": new} for name, (old, new) in changes.items()]
         skip = None
@@ -207,7 +210,7 @@ class Referee:
                 if source == "task"
                 else "the task has no module-level int size constant (>= 2) that get_inputs or get_init_inputs reads"
             )
-        return {"requested": True, "source": source, "constants": constants, "skip": skip}
+        return {"requested": True, "source": source, "constants": constants, "skip": skip, "opted_out": False}
 
     def generalize(self, msg):
         """Loads a second task instance with the perturbed constants and builds its reference
@@ -224,7 +227,8 @@ class Referee:
             if perturbed_shapes is not None and perturbed_shapes == input_shapes(torch, self.module):
                 return {
                     "skip": "the perturbed constants do not change the task's inputs (get_inputs and "
-                    "get_init_inputs return the same shapes and values)"
+                    "get_init_inputs return the same shapes and values)",
+                    "init_inputs": None,
                 }
             with common.device_context(torch, self.device):
                 init_inputs = list(module.get_init_inputs())
@@ -237,14 +241,23 @@ class Referee:
                 outputs = common.as_output_list(torch, model(*inputs))
             for j, out in enumerate(outputs):
                 if type(out) is not torch.Tensor:
-                    return {"skip": f"the reference returns a {type(out).__name__} at the perturbed sizes"}
+                    return {
+                        "skip": f"the reference returns a {type(out).__name__} at the perturbed sizes",
+                        "init_inputs": None,
+                    }
                 if out.is_floating_point() and not bool(torch.isfinite(out).all()):
-                    return {"skip": f"the reference's output {j} is not finite at the perturbed sizes"}
+                    return {
+                        "skip": f"the reference's output {j} is not finite at the perturbed sizes",
+                        "init_inputs": None,
+                    }
             del inputs, outputs
         except Exception as exc:
-            return {"skip": f"the reference fails at the perturbed sizes: {type(exc).__name__}: {exc}"}
+            return {
+                "skip": f"the reference fails at the perturbed sizes: {type(exc).__name__}: {exc}",
+                "init_inputs": None,
+            }
         self.generalized = (module, model)
-        return {"init_inputs": common.b64_pickle(init_inputs)}
+        return {"skip": None, "init_inputs": common.b64_pickle(init_inputs)}
 
     def prepare_generalized(self, msg):
         """`prepare`, with the perturbed task instance and its reference. The expected outputs
@@ -263,15 +276,13 @@ class Referee:
         inputs = self.draw_inputs(msg["seed"])
         with torch.no_grad():
             outputs = common.as_output_list(torch, self.model(*inputs))
-            started = common.now()
             samples = common.time_forward(
                 torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device
             )
-            phase_s = common.now() - started
         tensors = [x for x in inputs + outputs if isinstance(x, torch.Tensor)]
         # The least traffic any implementation needs: read every input and write every output once.
         io_bytes = sum(x.numel() * x.element_size() for x in tensors)
-        return {"samples_ms": samples, "phase_s": phase_s, "io_bytes": io_bytes}
+        return {"samples_ms": samples, "io_bytes": io_bytes}
 
 
 # --- generalization: which constants change, and to what ---------------------------------------
@@ -388,7 +399,7 @@ def main():
         "generalize": referee.generalize,
         "prepare_generalized": referee.prepare_generalized,
     }
-    common.serve(chan, handlers, failure)
+    common.serve(chan, handlers, failure, "referee")
 
 
 if __name__ == "__main__":

@@ -76,12 +76,16 @@ def started():
 @pytest.mark.parametrize(
     ("module", "bad", "error_keys"),
     [
-        ("referee", {"op": "prepare", "trial": 0, "seed": 1}, {"ok", "error", "traceback"}),
-        ("candidate", {"op": "run", "stage": "correctness_0", "payload": ""}, {"ok", "stage", "class", "message"}),
-        ("audit", {"op": "audit"}, {"ok", "stage", "error", "traceback"}),
+        ("referee", {"op": "prepare", "trial": "trial_0", "seed": 1}, {"ok", "error", "traceback"}),
+        (
+            "candidate",
+            {"op": "run", "stage": "trial_0", "trial": "trial_0", "payload": "", "grad": False},
+            {"ok", "class", "message"},
+        ),
+        ("audit", {"op": "audit"}, {"ok", "stage", "error", "traceback", "restart"}),
     ],
 )
-def test_each_process_starts_answers_errors_in_its_shape_and_exits(started, module, bad, error_keys):
+def test_each_process_starts_answers_errors_in_its_shape_and_ends_with_its_channel(started, module, bad, error_keys):
     process = started(module)
     assert process.receive() == {"ok": True, "ready": True}
     failed = process.request(bad)  # a request the process cannot serve yet: its error reply
@@ -91,8 +95,10 @@ def test_each_process_starts_answers_errors_in_its_shape_and_exits(started, modu
     assert unknown["ok"] is False
     assert set(unknown) == error_keys
     assert "unknown op 'no_such_op'" in json.dumps(unknown)
-    # Still serving after both.
-    assert process.request({"op": "exit"}) is None
+    # Still serving after both; it ends quietly when the judge closes the channel.
+    assert process.request({"op": "exit"})["ok"] is False  # no such op: the judge never sends it
+    process.judge.shutdown(socket.SHUT_WR)
+    assert process.receive() is None
     assert process.wait() == 0
 
 
@@ -117,7 +123,7 @@ def test_a_cuda_error_is_reported_before_the_process_leaves(started, tmp_path, r
         {
             "device": "cpu",
             "transport": "shm",
-            "scratch": str(scratch),
+            "shared_dir": str(scratch),
             "tolerance": TOLERANCE,
             "profile": "auto",
             "task_path": str(relu_task),
@@ -146,10 +152,10 @@ def test_a_cuda_error_is_reported_before_the_process_leaves(started, tmp_path, r
         }
     )
     assert loaded == {"ok": True}
-    payload = ref.prepare({"trial": 0, "seed": 2})["payload"]
-    reply = process.request({"op": "run", "stage": "correctness_0", "payload": payload})
+    payload = ref.prepare({"trial": "trial_0", "seed": 2})["payload"]
+    reply = process.request({"op": "run", "stage": "trial_0", "trial": "trial_0", "payload": payload, "grad": False})
     assert reply["ok"] is False
-    assert (reply["stage"], reply["class"]) == ("correctness_0", "cuda_error")
+    assert reply["class"] == "cuda_error"
     assert "an illegal memory access" in reply["message"]
     assert process.receive() is None  # gone: the channel closed without an `exit`
     assert process.wait() == 0
