@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crucible_result::{
-    EvalResult, Failure, FailureClass, FileRef, Finding, KernelTime, Launch, OutputError, Profile,
-    SCHEMA, Seeds, Severity, Stage, StageStatus, Stats, Timing, Tolerance, Trial, Verdict,
+    EvalResult, Failure, FailureClass, FileRef, Finding, KernelTime, Launch, OutputError,
+    Precision, Profile, SCHEMA, Seeds, Severity, Stage, StageStatus, Stats, Timing, Tolerance,
+    Trial, Verdict,
 };
 use serde_json::{Value, json};
 
+use crate::precision;
 use crate::process::{ChannelError, HarnessProcess, Spawn};
 use crate::runtime::{Runtime, hex};
 use crate::sandbox::Sandbox;
@@ -240,6 +242,8 @@ struct Evaluation<'a> {
     launches: Vec<Launch>,
     env: crucible_result::Env,
     size_profile: String,
+    /// Measured on trial 0's inputs once it passed.
+    precision: Option<Precision>,
 }
 
 impl Evaluation<'_> {
@@ -441,6 +445,7 @@ pub fn evaluate_with(
             ..Default::default()
         },
         size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
+        precision: None,
     };
     let mut timing = None;
     let mut profile = None;
@@ -506,14 +511,18 @@ pub fn evaluate_with(
         .as_ref()
         .filter(|p: &&Profile| p.total_gpu_us > 0.0)
         .map(|p| p.candidate_triton_us / p.total_gpu_us);
+    let matched = precision::matched_speedup(speedup, timing.as_ref(), eval.precision.as_ref());
     EvalResult {
         schema: SCHEMA.to_string(),
         verdict,
         correct,
         speedup,
+        speedup_matched: matched.map(|(s, _)| s),
+        speedup_matched_class: matched.map(|(_, c)| c),
         timing,
         timing_skipped,
         coverage,
+        precision: eval.precision,
         profile,
         failure,
         findings: eval.findings,
@@ -840,7 +849,8 @@ fn run_started(
     for (index, &seed) in seeds.trials.iter().enumerate() {
         let name = format!("trial_{index}");
         let passed = eval.stage(&name, |eval| {
-            let (ran, checked) = trial(index, seed, &name, json!({"keep": index == 0}))?;
+            let check = json!({"keep": index == 0, "precision": index == 0});
+            let (ran, checked) = trial(index, seed, &name, check)?;
             Ok(record_trial(eval, seed, &ran, &checked))
         })?;
         if !passed {
@@ -889,10 +899,12 @@ fn run_started(
         ));
         return Ok(());
     }
+    measure_precision(eval, referee)?;
 
     let Some(timing_cfg) = cfg.timing.as_ref().filter(|_| cfg.is_gpu()) else {
         return Ok(());
     };
+    let matched_class = eval.precision.as_ref().and_then(precision::matched_class);
     let timing = eval.stage("timing", |_| {
         let request = |op: &str| {
             json!({
@@ -905,6 +917,17 @@ fn run_started(
             })
         };
         let reference = referee_call(referee, request("time_reference"), cfg.limits.timing)?;
+        // The same request at the candidate's measured precision class (same inputs, warmup,
+        // iterations and flush), when it is not the reference's own.
+        let matched = match matched_class {
+            Some(class) => {
+                let mut msg = request("time_reference");
+                msg["precision"] = json!(class.as_str());
+                let reply = referee_call(referee, msg, cfg.limits.timing)?;
+                Some((class, samples(&reply)?))
+            }
+            None => None,
+        };
         // The timed inputs are shared like a trial's, and their expected outputs kept for the
         // timed-output check.
         let prepared = referee_call(referee, request("prepare"), cfg.limits.timing)?;
@@ -928,9 +951,11 @@ fn run_started(
             phase_wall_s,
             prepared["payload"].clone(),
             delivered["problem"].as_str().map(str::to_string),
+            matched,
         ))
     })?;
-    let (reference_reply, candidate_samples, phase_wall_s, payload, timed_problem) = timing;
+    let (reference_reply, candidate_samples, phase_wall_s, payload, timed_problem, matched) =
+        timing;
     let reference = samples(&reference_reply)?;
     eval.findings.extend(timing_findings(&TimingEvidence {
         reference: &reference,
@@ -953,6 +978,10 @@ fn run_started(
         warmup: timing_cfg.warmup,
         l2_flush_bytes: timing_cfg.flush_bytes,
         candidate_phase_wall_s: phase_wall_s,
+        reference_matched: matched
+            .as_ref()
+            .and_then(|(_, samples)| Stats::from_samples(samples)),
+        reference_matched_class: matched.map(|(class, _)| class),
     });
 
     let profiled = eval.stage("profile", |_| {
@@ -1008,6 +1037,26 @@ fn run_started(
             ),
         ));
     }
+    Ok(())
+}
+
+/// The candidate's precision against a float64 copy of the reference, on the trial the referee
+/// kept (trial 0: its inputs, expected and actual outputs), measured once every trial passed.
+/// Whatever stops the measurement leaves it unmeasured; only a referee that stops answering is
+/// the judge's failure.
+fn measure_precision(eval: &mut Evaluation<'_>, referee: &mut HarnessProcess) -> Result<(), Stop> {
+    let limit = eval.cfg.limits.trial;
+    let measured = eval.stage("precision", |_| {
+        // The referee gives up (unmeasured) when the float64 forwards would exceed the budget;
+        // the deadline leaves room for a forward that started just inside it.
+        let msg = json!({"op": "measure_precision", "budget_s": limit.as_secs_f64() / 2.0});
+        referee_call(referee, msg, limit * 2)
+    })?;
+    let measured = precision::from_reply(&measured, 0);
+    if let Some(finding) = precision::downgrade_finding(&measured) {
+        eval.add_once(finding);
+    }
+    eval.precision = Some(measured);
     Ok(())
 }
 
@@ -1096,18 +1145,6 @@ fn record_trial(eval: &mut Evaluation<'_>, seed: u64, ran: &Value, checked: &Val
             Severity::Reject,
             "the outputs changed after forward returned (a background thread or \
                       unfinished device work); forward must finish its work before returning",
-        ));
-    }
-    if let Some(loss) = checked["precision_loss"].as_array().and_then(|l| l.first()) {
-        eval.add_once(Finding::new(
-            "precision-downgrade",
-            Severity::Flag,
-            format!(
-                "an fp32 output matches the reference within the loose tolerance but not within \
-                 1e-4 (max abs error {}, max rel error {}): this looks like fp16/bf16 arithmetic \
-                 (or TF32 matrix units) on an fp32 task; it fails under `--tolerance strict`",
-                loss["max_abs"], loss["max_rel"]
-            ),
         ));
     }
     let aliased = ran["meta"]

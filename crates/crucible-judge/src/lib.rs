@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod judge;
+pub mod precision;
 pub mod process;
 pub mod runtime;
 pub mod sandbox;
