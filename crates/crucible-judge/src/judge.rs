@@ -242,7 +242,7 @@ struct Evaluation<'a> {
     launches: Vec<Launch>,
     env: crucible_result::Env,
     size_profile: String,
-    /// Measured on trial 0's inputs once it passed.
+    /// Measured on trial 0's inputs once every trial passed.
     precision: Option<Precision>,
 }
 
