@@ -19,10 +19,10 @@ the only error is the rounding (and, for the `+out` ones, the output rounded the
 - `rz10`: 10 explicit bits, truncated: TF32 as tensor cores read fp32 registers (what Triton's
   default `tl.dot` does with fp32 operands);
 - `rn7`, `rn7+out`, `out7`: 7 explicit bits, round to nearest even: bf16.
-For each, `rel_rms` of the emulation (how large that rounding's error is for this computation)
-and `unexplained` = ||d_cand - d_emul||_2 / ||d_cand||_2, d = x - ref64: near 0 when the
-candidate's error *is* that rounding (plus a little accumulation noise), 1 or more for an error
-unrelated to it; `reference_unexplained` is the same for the reference's own error.
+For each, `rel_rms` of the emulation (how large that rounding's error is for this computation),
+and a fingerprint of the candidate's error and of the reference's own (`fingerprint`): mainly
+the share of the emulated rounding's error pattern that the error contains (1 when it rounded
+its operands the same way, whatever accumulation error it adds; 0 when unrelated).
 """
 
 import contextlib
@@ -144,19 +144,34 @@ def finite(x):
     return x if math.isfinite(x) else None
 
 
-def unexplained(torch, ref64, got, emulated):
-    """||d_got - d_emul|| / ||d_got||, d = x - ref64, over the elements where all are finite;
-    None when the candidate has no error at all."""
-    sq_got, sq_rest = 0.0, 0.0
+def fingerprint(torch, ref64, got, emulated):
+    """How much of `got`'s error is the emulated rounding, over the elements where all three are
+    finite (d = x - ref64):
+    - `coefficient` = <d_got, d_emul> / <d_emul, d_emul>: the share of the emulated rounding
+      that the error contains, 1 when `got` rounded the same way (whatever else it adds, such as
+      accumulation error), 0 when unrelated;
+    - `coefficient_noise`: its standard error, ||d_got - coefficient d_emul|| / (||d_emul|| sqrt(n-1));
+    - `unexplained` = ||d_got - d_emul|| / ||d_got||.
+    Values are None where undefined (no error, no emulated error)."""
+    sq_got, sq_emul, dot, count = 0.0, 0.0, 0.0, 0
     for ref, x, e in flat_pairs(torch, [ref64, got, emulated]):
         mask = torch.isfinite(ref) & torch.isfinite(x) & torch.isfinite(e)
-        d = x[mask] - ref[mask]
+        ref = ref[mask]
+        d = x[mask] - ref
+        de = e[mask] - ref
+        count += ref.numel()
         sq_got += float((d * d).sum())
-        r = x[mask] - e[mask]  # = d_got - d_emul
-        sq_rest += float((r * r).sum())
-    if sq_got == 0.0:
-        return None
-    return finite(math.sqrt(sq_rest / sq_got))
+        sq_emul += float((de * de).sum())
+        dot += float((d * de).sum())
+    out = {"unexplained": None, "coefficient": None, "coefficient_noise": None}
+    if sq_got > 0.0:
+        out["unexplained"] = finite(math.sqrt(max(sq_got - 2 * dot + sq_emul, 0.0) / sq_got))
+    if sq_emul > 0.0 and count > 1:
+        coefficient = dot / sq_emul
+        residual = max(sq_got - coefficient * dot, 0.0)
+        out["coefficient"] = finite(coefficient)
+        out["coefficient_noise"] = finite(math.sqrt(residual / sq_emul / (count - 1)))
+    return out
 
 
 def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
@@ -213,8 +228,8 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
                 {
                     "name": name,
                     "rel_rms": emul["rel_rms"],
-                    "unexplained": unexplained(torch, ref64[j], got[j], emulated[j]),
-                    "reference_unexplained": unexplained(torch, ref64[j], expected[j], emulated[j]),
+                    "candidate": fingerprint(torch, ref64[j], got[j], emulated[j]),
+                    "reference": fingerprint(torch, ref64[j], expected[j], emulated[j]),
                 }
             )
     return outputs

@@ -8,35 +8,45 @@
 //! bf16), with or without the output rounded too). This module decides, in order:
 //!
 //! 1. no error at all: the task's own class;
-//! 2. the fingerprint: when the candidate's error *is* one emulation's (its `unexplained` ratio
-//!    is at most [`EXPLAINED`]), that emulation's class. This is what tells TF32 from fp16,
-//!    whose error magnitudes are the same: tensor cores truncate fp32 operands, casts round;
-//! 3. as accurate as the reference (within [`MATCHES_REFERENCE`]): the reference's class;
-//! 4. the magnitude: equivalent mantissa bits `10 + log2(rel_rms(rn10+out) / rel_rms)`, at least
+//! 2. the fingerprint: when the candidate's error contains an emulation's error pattern (its
+//!    coefficient is within [`COEFFICIENT_TOLERANCE`] of 1, to within [`MAX_COEFFICIENT_NOISE`]),
+//!    that emulation's class; of several, the one most correlated with the error. This is what
+//!    tells TF32 from fp16, whose error magnitudes are the same: tensor cores truncate fp32
+//!    operands, casts round to nearest; and it finds a rounding that averaged out over a long
+//!    positive sum, or that hides under accumulation error;
+//! 3. the magnitude: equivalent mantissa bits `10 + log2(rel_rms(rn10+out) / rel_rms)`, at least
 //!    [`FP32_MIN_BITS`] is fp32, at least [`TEN_BIT_MIN_BITS`] is tf32 (a 10-bit error without a
-//!    rounding's fingerprint: the conservative side of the fp16/tf32 ambiguity), below is bf16.
+//!    rounding's fingerprint: the conservative side of the fp16/tf32 ambiguity), below is bf16;
+//!    but an error within [`MATCHES_REFERENCE`] of the reference's own is never below the
+//!    reference's class.
 //!
 //! A class is capped at the task's output dtype: on an fp16 task a 10-bit class is `fp16`, on a
 //! bf16 task everything is `bf16`. The thresholds come from `scripts/precision-measure.py`; the
 //! table is in docs/result-schema.md.
 
 use crucible_result::{
-    Emulation, ErrorVsF64, Finding, OutputPrecision, Precision, PrecisionClass, Severity, Timing,
+    Emulation, ErrorVsF64, Finding, Fingerprint, OutputPrecision, Precision, PrecisionClass,
+    Severity, Timing,
 };
 use serde_json::Value;
 
-/// An `unexplained` ratio at or below this is the emulation's fingerprint. Measured: the
-/// matching emulation leaves at most 0.072 (CPU) / 0.005 (H200, Triton), but 0.68 for fp16
-/// intermediates it does not model; an unrelated one at least 0.88, an honest fp32 error at
-/// least 1.9.
-pub const EXPLAINED: f64 = 0.5;
+/// A fingerprint's coefficient within this of 1 means the error contains that rounding.
+/// Measured: the matching rounding 0.97–1.0, also under accumulation error 4× its own (an
+/// H200's fp16 tensor cores, 4096³: 0.972); honest fp32 within 0.002 of 0; unrelated roundings
+/// mostly near 0 or −0.5, but a truncation bias can project onto a small unrelated pattern with
+/// any coefficient, hence the correlation that picks between several matches.
+pub const COEFFICIENT_TOLERANCE: f64 = 0.25;
 
-/// Fewer elements than this make the fingerprint a matter of chance (a scalar's error has no
-/// direction to compare): only the magnitude counts.
+/// The coefficient's standard error must be at most this for the fingerprint to count.
+pub const MAX_COEFFICIENT_NOISE: f64 = 0.05;
+
+/// Fewer elements than this make the fingerprint a matter of chance (a regression on a handful
+/// of values fits anything): only the magnitude counts.
 pub const MIN_ELEMENTS_FOR_FINGERPRINT: u64 = 16;
 
-/// A candidate whose error is at most this multiple of the reference's own is as precise as the
-/// reference.
+/// A candidate whose error is at most this multiple of the reference's own is not less precise
+/// than the reference (measured: sequential fp32 accumulation is up to 13× torch's blocked one,
+/// but still 17 bits and more).
 pub const MATCHES_REFERENCE: f64 = 2.0;
 
 /// Equivalent mantissa bits at or above this are fp32. Measured: honest fp32 (sequential
@@ -73,6 +83,41 @@ fn emulation_class(name: &str) -> Option<PrecisionClass> {
     }
 }
 
+/// Whether an error contains the emulated rounding.
+pub fn matches(fingerprint: &Fingerprint) -> bool {
+    match (fingerprint.coefficient, fingerprint.coefficient_noise) {
+        (Some(c), Some(noise)) => {
+            (c - 1.0).abs() <= COEFFICIENT_TOLERANCE && noise <= MAX_COEFFICIENT_NOISE
+        }
+        _ => false,
+    }
+}
+
+/// Of the matching emulations, the one most correlated with the error (correlation =
+/// coefficient · ||d_emul|| / ||d||): its class and name.
+fn fingerprinted<'a>(prints: &[Print<'a>], rel_rms: f64) -> Option<(PrecisionClass, &'a str)> {
+    prints
+        .iter()
+        .filter(|p| matches(&p.fingerprint))
+        .filter_map(|p| {
+            let class = emulation_class(p.name)?;
+            let correlation = p.fingerprint.coefficient? * p.rel_rms? / rel_rms;
+            Some((correlation, class, p.name))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, class, name)| (class, name))
+}
+
+/// One emulation as the classification reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Print<'a> {
+    pub name: &'a str,
+    /// The emulation's own relative RMS error.
+    pub rel_rms: Option<f64>,
+    /// How much of the classified error is this emulation's.
+    pub fingerprint: Fingerprint,
+}
+
 /// Caps `class` at the task's ceiling: nothing is more precise than the output's own dtype.
 fn capped(class: PrecisionClass, ceiling: PrecisionClass) -> PrecisionClass {
     if class.mantissa_bits() >= ceiling.mantissa_bits() {
@@ -93,8 +138,8 @@ pub fn equivalent_bits(rel_rms: f64, scale10: f64) -> Option<f64> {
 pub struct Observed<'a> {
     /// Relative RMS error against float64; `None` reads as "not finite".
     pub rel_rms: Option<f64>,
-    /// `(emulation name, unexplained ratio)` for this computation's error.
-    pub fingerprints: &'a [(&'a str, Option<f64>)],
+    /// The emulations, with this computation's fingerprints.
+    pub fingerprints: &'a [Print<'a>],
     pub elements: u64,
     /// `rel_rms` of the `rn10+out` emulation.
     pub scale10: Option<f64>,
@@ -128,24 +173,14 @@ pub fn classify(
     if error == 0.0 {
         return decided(ceiling, "exact");
     }
-    if observed.elements >= MIN_ELEMENTS_FOR_FINGERPRINT {
-        let best = observed
-            .fingerprints
-            .iter()
-            .filter_map(|&(name, ratio)| Some((name, ratio?, emulation_class(name)?)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((name, _, class)) = best.filter(|b| b.1 <= EXPLAINED) {
-            return decided(class, &format!("emulation:{name}"));
-        }
-    }
-    if let Some((reference_error, reference_class)) = reference
-        && error <= MATCHES_REFERENCE * reference_error
+    if observed.elements >= MIN_ELEMENTS_FOR_FINGERPRINT
+        && let Some((class, name)) = fingerprinted(observed.fingerprints, error)
     {
-        return decided(reference_class, "matches-reference");
+        return decided(class, &format!("emulation:{name}"));
     }
-    match observed.scale10.filter(|s| *s > 0.0) {
+    let (magnitude, evidence) = match observed.scale10.filter(|s| *s > 0.0) {
         // No 10-bit scale (the output is exact in 10 bits): nothing to compare the error with.
-        None => decided(ceiling, "no-scale"),
+        None => (ceiling, "no-scale"),
         Some(scale) => {
             let bits = equivalent_bits(error, scale).unwrap_or(f64::NEG_INFINITY);
             let class = if bits >= FP32_MIN_BITS {
@@ -155,9 +190,18 @@ pub fn classify(
             } else {
                 PrecisionClass::Bf16
             };
-            decided(class, "magnitude")
+            (class, "magnitude")
         }
+    };
+    // An error the reference's own size is not a lower precision than the reference's, whatever
+    // its size says (long accumulations lose bits in fp32 too).
+    if let Some((reference_error, reference_class)) = reference
+        && error <= MATCHES_REFERENCE * reference_error
+        && capped(magnitude, ceiling).mantissa_bits() < reference_class.mantissa_bits()
+    {
+        return decided(reference_class, "matches-reference");
     }
+    decided(magnitude, evidence)
 }
 
 /// The reference's own class on a task of this ceiling. A half-precision task's reference is
@@ -183,6 +227,14 @@ fn f64_field(v: &Value, key: &str) -> Option<f64> {
     v[key].as_f64().filter(|x| x.is_finite())
 }
 
+fn fingerprint(v: &Value) -> Fingerprint {
+    Fingerprint {
+        coefficient: f64_field(v, "coefficient"),
+        coefficient_noise: f64_field(v, "coefficient_noise"),
+        unexplained: f64_field(v, "unexplained"),
+    }
+}
+
 fn error_vs_f64(v: &Value) -> ErrorVsF64 {
     ErrorVsF64 {
         rel_rms: f64_field(v, "rel_rms"),
@@ -203,8 +255,8 @@ fn output(v: &Value) -> Option<OutputPrecision> {
             Some(Emulation {
                 name: e["name"].as_str()?.to_string(),
                 rel_rms: f64_field(e, "rel_rms"),
-                unexplained: f64_field(e, "unexplained"),
-                reference_unexplained: f64_field(e, "reference_unexplained"),
+                candidate: fingerprint(&e["candidate"]),
+                reference: fingerprint(&e["reference"]),
             })
         })
         .collect();
@@ -215,16 +267,13 @@ fn output(v: &Value) -> Option<OutputPrecision> {
         .and_then(|e| e.rel_rms);
     let candidate = error_vs_f64(&v["candidate"]);
     let reference = error_vs_f64(&v["reference"]);
-    let prints = |reference: bool| -> Vec<(&str, Option<f64>)> {
+    let prints = |reference: bool| -> Vec<Print<'_>> {
         emulations
             .iter()
-            .map(|e| {
-                let ratio = if reference {
-                    e.reference_unexplained
-                } else {
-                    e.unexplained
-                };
-                (e.name.as_str(), ratio)
+            .map(|e| Print {
+                name: e.name.as_str(),
+                rel_rms: e.rel_rms,
+                fingerprint: if reference { e.reference } else { e.candidate },
             })
             .collect()
     };
@@ -332,15 +381,17 @@ pub fn matched_speedup(
 fn explain(evidence: &str) -> &'static str {
     match evidence.strip_prefix("emulation:").unwrap_or(evidence) {
         "rz10" => {
-            "its error is the truncation of the operands to 10 mantissa bits (TF32 tensor cores: \
-             Triton's default `tl.dot` on fp32 operands; `input_precision=\"ieee\"` keeps fp32)"
+            "its error contains the truncation of its operands to 10 mantissa bits (TF32 tensor \
+             cores: Triton's default `tl.dot` on fp32 operands; `input_precision=\"ieee\"` keeps \
+             fp32)"
         }
         "rn10" | "rn10+out" | "out10" => {
-            "its error is the rounding of the operands (or outputs) to 10 mantissa bits, nearest \
-             even: fp16 casts"
+            "its error contains the rounding of its operands (or outputs) to 10 mantissa bits, \
+             nearest even: fp16 casts"
         }
         "rn7" | "rn7+out" | "out7" => {
-            "its error is the rounding of the operands (or outputs) to 7 mantissa bits: bf16 casts"
+            "its error contains the rounding of its operands (or outputs) to 7 mantissa bits: bf16 \
+             casts"
         }
         "matches-reference" => "it is as precise as the reference",
         _ => {
@@ -388,117 +439,143 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The error a 10-bit computation (operands and output) makes on randn matmul inputs, and on
-    /// rand (positive) ones, from scripts/precision-measure.py (CPU, K=4096).
-    const SCALE_RANDN: f64 = 3.6e-4;
-    const SCALE_RAND: f64 = 2.24e-4;
+    /// The emulations' own errors for a 256×256×4096 matmul on rand (positive) inputs, from
+    /// scripts/precision-measure.py (CPU).
+    const RAND_4096: [(&str, f64); 7] = [
+        ("out10", 2.24e-4),
+        ("out7", 1.79e-3),
+        ("rn10", 5.57e-6),
+        ("rn10+out", 2.24e-4),
+        ("rz10", 6.51e-4),
+        ("rn7", 4.42e-5),
+        ("rn7+out", 1.79e-3),
+    ];
 
-    fn observed<'a>(
-        rel_rms: f64,
-        prints: &'a [(&'a str, Option<f64>)],
-        scale10: f64,
-    ) -> Observed<'a> {
-        Observed {
-            rel_rms: Some(rel_rms),
-            fingerprints: prints,
-            elements: 65536,
-            scale10: Some(scale10),
+    fn fp(coefficient: f64, noise: f64) -> Fingerprint {
+        Fingerprint {
+            coefficient: Some(coefficient),
+            coefficient_noise: Some(noise),
+            unexplained: None,
         }
     }
 
-    fn class_of(rel_rms: f64, prints: &[(&str, Option<f64>)], scale10: f64) -> PrecisionClass {
+    /// The emulations of `RAND_4096` with these fingerprints (the others unrelated: 0).
+    fn prints(given: &[(&'static str, Fingerprint)]) -> Vec<Print<'static>> {
+        RAND_4096
+            .iter()
+            .map(|&(name, rel_rms)| Print {
+                name,
+                rel_rms: Some(rel_rms),
+                fingerprint: given
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(fp(0.0, 1e-4), |(_, f)| *f),
+            })
+            .collect()
+    }
+
+    fn decide(rel_rms: f64, given: &[(&'static str, Fingerprint)]) -> Decision {
+        let prints = prints(given);
         classify(
-            &observed(rel_rms, prints, scale10),
+            &Observed {
+                rel_rms: Some(rel_rms),
+                fingerprints: &prints,
+                elements: 65536,
+                scale10: Some(2.24e-4),
+            },
             PrecisionClass::Fp32,
             Some((8.12e-8, PrecisionClass::Fp32)),
         )
-        .class
     }
 
     #[test]
     fn measured_rows_classify_as_their_precision() {
-        // Rows of the measured table (matmul K=4096, CPU): rel_rms and unexplained ratios.
-        let fp32 = [
-            ("out10", Some(2.76e3)),
-            ("rn10", Some(68.5)),
-            ("rz10", Some(8.02e3)),
-            ("rn7", Some(544.0)),
-        ];
-        assert_eq!(class_of(8.12e-8, &fp32, SCALE_RAND), PrecisionClass::Fp32);
-        // Sequential fp32 accumulation over 16384 positive terms: 13x torch's error, 17.1 bits.
-        let seq = [
-            ("rn10", Some(1.89)),
-            ("rz10", Some(388.0)),
-            ("rn7", Some(12.9)),
-        ];
-        assert_eq!(class_of(1.68e-6, &seq, SCALE_RAND), PrecisionClass::Fp32);
-        // fp16 operands with fp32 accumulation on positive inputs: the error averages down to
-        // 15.3 equivalent bits, but it is the rn10 rounding.
-        let fp16 = [
-            ("out10", Some(40.3)),
-            ("rn10", Some(0.0146)),
-            ("rz10", Some(117.0)),
-            ("rn7", Some(8.06)),
-        ];
-        assert_eq!(class_of(5.57e-6, &fp16, SCALE_RAND), PrecisionClass::Fp16);
-        // Triton's default tl.dot on an H200: truncated operands.
+        use PrecisionClass::*;
+        let class = |d: Decision| (d.class, d.evidence);
+        // Rows of the measured table (matmul K=4096, rand inputs, CPU).
+        assert_eq!(decide(8.12e-8, &[]).class, Fp32);
+        // fp16 operands with fp32 accumulation: the error averages down to 15.3 equivalent bits
+        // and 5.6e-6 relative, but it contains the rn10 pattern.
+        let fp16 = [("rn10", fp(1.0, 6e-5)), ("rn7", fp(-0.007, 5e-4))];
+        assert_eq!(
+            class(decide(5.57e-6, &fp16)),
+            (Fp16, "emulation:rn10".into())
+        );
+        // The same under accumulation error 3× the operands' rounding (fp16 tensor cores).
+        let tensor_cores = [("rn10", fp(0.97, 0.01)), ("rn7", fp(0.0316, 0.001))];
+        assert_eq!(decide(1.63e-5, &tensor_cores).class, Fp16);
+        // Truncated operands (TF32 tensor cores): the truncation bias also projects onto the rn7
+        // pattern (coefficient 1.66); the correlation picks rz10.
         let tf32 = [
-            ("rn10", Some(1.0)),
-            ("rz10", Some(4.19e-4)),
-            ("rn7", Some(1.09)),
+            ("rn10", fp(-1.74, 0.5)),
+            ("rz10", fp(1.0, 5e-7)),
+            ("rn7", fp(1.66, 0.06)),
         ];
-        assert_eq!(class_of(6.47e-4, &tf32, SCALE_RAND), PrecisionClass::Tf32);
-        // bf16 operands on positive inputs: 12.3 bits by magnitude, the rn7 fingerprint.
-        let bf16 = [
-            ("rn10", Some(1.01)),
-            ("rz10", Some(14.7)),
-            ("rn7", Some(0.00163)),
-        ];
-        assert_eq!(class_of(4.42e-5, &bf16, SCALE_RAND), PrecisionClass::Bf16);
-        // Everything in fp16 / bf16 (outputs rounded too).
+        assert_eq!(
+            class(decide(6.51e-4, &tf32)),
+            (Tf32, "emulation:rz10".into())
+        );
+        let tf32_spurious_bf16 = [("rz10", fp(1.0, 5e-7)), ("rn7", fp(1.0, 0.04))];
+        assert_eq!(decide(6.51e-4, &tf32_spurious_bf16).class, Tf32);
+        // bf16 operands: 12.3 equivalent bits, the rn7 pattern.
+        let bf16 = [("rn10", fp(-0.444, 0.03)), ("rn7", fp(1.0, 6e-6))];
+        assert_eq!(decide(4.42e-5, &bf16).class, Bf16);
+        // Everything in fp16 / bf16, outputs rounded too.
         let fp16_all = [
-            ("rn10", Some(0.578)),
-            ("rn10+out", Some(0.0382)),
-            ("rn7", Some(6.65)),
+            ("out10", fp(0.963, 0.001)),
+            ("rn10", fp(0.966, 0.2)),
+            ("rn10+out", fp(0.999, 2e-4)),
         ];
         assert_eq!(
-            class_of(3.6e-4, &fp16_all, SCALE_RANDN),
-            PrecisionClass::Fp16
+            class(decide(2.24e-4, &fp16_all)),
+            (Fp16, "emulation:rn10+out".into())
         );
-        let bf16_all = [("rn7", Some(0.577)), ("rn7+out", Some(0.0268))];
-        assert_eq!(
-            class_of(2.89e-3, &bf16_all, SCALE_RANDN),
-            PrecisionClass::Bf16
-        );
+        let bf16_all = [("out7", fp(0.967, 0.001)), ("rn7+out", fp(1.0, 3e-5))];
+        assert_eq!(decide(1.79e-3, &bf16_all).class, Bf16);
+        // A noisy coefficient does not count: no fingerprint, 11.9 bits by magnitude.
+        let noisy = [("rn10", fp(0.9, 0.09))];
+        assert_eq!(class(decide(6.13e-5, &noisy)), (Tf32, "magnitude".into()));
+    }
+
+    #[test]
+    fn the_most_correlated_match_wins() {
+        // layernorm on bf16 operands: the rz10 pattern is 92% contained, but it is a small part
+        // of the error (correlation 0.12); rn7 is all of it.
+        let prints = [
+            Print {
+                name: "rz10",
+                rel_rms: Some(2.19e-4),
+                fingerprint: fp(0.92, 0.007),
+            },
+            Print {
+                name: "rn7",
+                rel_rms: Some(1.66e-3),
+                fingerprint: fp(1.0, 3e-8),
+            },
+        ];
+        let observed = Observed {
+            rel_rms: Some(1.66e-3),
+            fingerprints: &prints,
+            elements: 1 << 20,
+            scale10: Some(2.95e-4),
+        };
+        let d = classify(&observed, PrecisionClass::Fp32, None);
+        assert_eq!(d.class, PrecisionClass::Bf16);
     }
 
     #[test]
     fn magnitude_decides_without_a_fingerprint() {
-        let none: [(&str, Option<f64>); 0] = [];
-        // gelu computed in fp16 intermediates: no emulation explains it, 9.8 bits.
-        let d = classify(
-            &observed(4.32e-4, &none, 3.8e-4),
-            PrecisionClass::Fp32,
-            None,
-        );
+        // gelu computed in fp16 intermediates: no emulation matches, 9.8 bits.
+        let d = decide(2.56e-4, &[]);
         assert_eq!(
             (d.class, d.evidence.as_str()),
             (PrecisionClass::Tf32, "magnitude")
         );
         assert!((d.bits.unwrap() - 9.81).abs() < 0.01);
-        // bf16 intermediates: 6.8 bits.
-        let d = classify(&observed(3.5e-3, &none, 3.8e-4), PrecisionClass::Fp32, None);
-        assert_eq!(d.class, PrecisionClass::Bf16);
+        assert_eq!(decide(2.1e-3, &[]).class, PrecisionClass::Bf16);
         // The thresholds themselves.
-        let at = |bits: f64| 3.8e-4 / 2f64.powf(bits - 10.0);
-        let class = |bits| {
-            classify(
-                &observed(at(bits), &none, 3.8e-4),
-                PrecisionClass::Fp32,
-                None,
-            )
-            .class
-        };
+        let at = |bits: f64| 2.24e-4 / 2f64.powf(bits - 10.0);
+        let class = |bits| decide(at(bits), &[]).class;
         assert_eq!(class(FP32_MIN_BITS + 0.01), PrecisionClass::Fp32);
         assert_eq!(class(FP32_MIN_BITS - 0.01), PrecisionClass::Tf32);
         assert_eq!(class(TEN_BIT_MIN_BITS + 0.01), PrecisionClass::Tf32);
@@ -506,53 +583,105 @@ mod tests {
     }
 
     #[test]
+    fn an_error_the_size_of_the_references_is_not_lower() {
+        let prints = prints(&[]);
+        let observed = |rel_rms| Observed {
+            rel_rms: Some(rel_rms),
+            fingerprints: &prints,
+            elements: 65536,
+            scale10: Some(2.24e-4),
+        };
+        // 13.4 bits by magnitude, but 1.9× a reference that loses as much.
+        let reference = Some((9e-6, PrecisionClass::Fp32));
+        let d = classify(&observed(1.7e-5), PrecisionClass::Fp32, reference);
+        assert_eq!(
+            (d.class, d.evidence.as_str()),
+            (PrecisionClass::Fp32, "matches-reference")
+        );
+        assert_eq!(
+            classify(&observed(2.1e-5), PrecisionClass::Fp32, reference).class,
+            PrecisionClass::Tf32
+        );
+        // Far more precise than a TF32 reference: fp32, not the reference's class.
+        let tf32_reference = Some((2.9e-4, PrecisionClass::Tf32));
+        let d = classify(&observed(1e-7), PrecisionClass::Fp32, tf32_reference);
+        assert_eq!(d.class, PrecisionClass::Fp32);
+    }
+
+    #[test]
     fn a_fingerprint_needs_enough_elements_and_a_close_match() {
-        let prints = [("rn10", Some(0.2))];
-        let mut scalar = observed(1e-7, &prints, 3.6e-4);
-        scalar.elements = 1;
+        let given = [("rn10", fp(1.0, 0.0))];
+        let prints = prints(&given);
+        let scalar = Observed {
+            rel_rms: Some(1e-7),
+            fingerprints: &prints,
+            elements: MIN_ELEMENTS_FOR_FINGERPRINT - 1,
+            scale10: Some(2.24e-4),
+        };
         assert_eq!(
             classify(&scalar, PrecisionClass::Fp32, None).class,
             PrecisionClass::Fp32
         );
-        let loose = [("rn10", Some(EXPLAINED + 0.01))];
-        assert_eq!(
-            classify(&observed(1e-7, &loose, 3.6e-4), PrecisionClass::Fp32, None).class,
-            PrecisionClass::Fp32
-        );
+        let off = [("rn10", fp(1.0 + COEFFICIENT_TOLERANCE + 0.01, 1e-3))];
+        assert_eq!(decide(5.6e-6, &off).class, PrecisionClass::Fp32);
+        let noisy = [("rn10", fp(1.0, MAX_COEFFICIENT_NOISE + 0.01))];
+        assert_eq!(decide(5.6e-6, &noisy).class, PrecisionClass::Fp32);
+        assert!(matches(&fp(
+            1.0 - COEFFICIENT_TOLERANCE,
+            MAX_COEFFICIENT_NOISE
+        )));
     }
 
     #[test]
     fn half_tasks_cap_at_their_dtype() {
+        let none: [Print<'_>; 0] = [];
+        let observed = |rel_rms| Observed {
+            rel_rms: Some(rel_rms),
+            fingerprints: &none,
+            elements: 2048,
+            scale10: Some(2.2e-4),
+        };
         // An honest fp16 candidate: output rounding, like the reference's own.
-        let prints = [("rn10", Some(1.0)), ("rn7", Some(7.9))];
-        let fp16 = classify(
-            &observed(2.3e-4, &prints, 2.2e-4),
-            PrecisionClass::Fp16,
-            Some((2.2e-4, PrecisionClass::Fp16)),
-        );
-        assert_eq!(fp16.class, PrecisionClass::Fp16);
-        // bf16 arithmetic on an fp16 task is below it.
-        let bf16 = [("rn10", Some(1.0)), ("rn7", Some(0.01))];
+        let reference = Some((2.2e-4, PrecisionClass::Fp16));
+        let d = classify(&observed(2.3e-4), PrecisionClass::Fp16, reference);
+        assert_eq!(d.class, PrecisionClass::Fp16);
+        // Computed in bf16: below the task's fp16.
+        let bf16 = [Print {
+            name: "rn7",
+            rel_rms: Some(1.7e-3),
+            fingerprint: fp(1.0, 1e-4),
+        }];
         let d = classify(
-            &observed(1.8e-3, &bf16, 2.2e-4),
+            &Observed {
+                fingerprints: &bf16,
+                ..observed(1.8e-3)
+            },
             PrecisionClass::Fp16,
-            Some((2.2e-4, PrecisionClass::Fp16)),
+            reference,
         );
         assert_eq!(d.class, PrecisionClass::Bf16);
         // Nothing on a bf16 task is better than bf16; exact outputs are the task's class.
-        let d = classify(&observed(0.0, &[], 1e-3), PrecisionClass::Bf16, None);
+        let d = classify(&observed(0.0), PrecisionClass::Bf16, None);
         assert_eq!(
             (d.class, d.evidence.as_str()),
             (PrecisionClass::Bf16, "exact")
         );
     }
 
-    fn reply(dtype: &str, candidate: f64, reference: f64, prints: &[(&str, f64, f64)]) -> Value {
+    /// A referee reply with one output: `(emulation, its rel_rms, candidate coefficient,
+    /// reference coefficient)`, every noise 1e-4.
+    fn reply(
+        dtype: &str,
+        candidate: f64,
+        reference: f64,
+        prints: &[(&str, f64, f64, f64)],
+    ) -> Value {
         let emulations: Vec<Value> = prints
             .iter()
-            .map(|(name, unexplained, reference_unexplained)| {
-                json!({"name": name, "rel_rms": 3.6e-4, "unexplained": unexplained,
-                       "reference_unexplained": reference_unexplained})
+            .map(|(name, rel_rms, cand, refc)| {
+                json!({"name": name, "rel_rms": rel_rms,
+                       "candidate": {"coefficient": cand, "coefficient_noise": 1e-4},
+                       "reference": {"coefficient": refc, "coefficient_noise": 1e-4}})
             })
             .collect();
         json!({"outputs": [{
@@ -570,9 +699,9 @@ mod tests {
             2.9e-4,
             1.4e-7,
             &[
-                ("rn10+out", 0.7, 2e3),
-                ("rn10", 0.0005, 2e3),
-                ("rz10", 2.99, 5e3),
+                ("rn10+out", 3.6e-4, 0.67, 0.0),
+                ("rn10", 2.9e-4, 1.0, 0.0),
+                ("rz10", 7.7e-4, -0.07, 0.0),
             ],
         );
         let p = from_reply(&fp16_cast, 0);
@@ -618,7 +747,10 @@ mod tests {
         assert_eq!(matched_speedup(Some(5.0), Some(&timing), None), None);
 
         // An honest candidate: fp32, no finding, matched speedup = speedup, no second timing.
-        let honest = from_reply(&reply("float32", 2e-7, 1.4e-7, &[("rn10", 2e3, 2e3)]), 0);
+        let honest = from_reply(
+            &reply("float32", 2e-7, 1.4e-7, &[("rn10+out", 3.6e-4, 0.0, 0.0)]),
+            0,
+        );
         assert_eq!(honest.class, Some(PrecisionClass::Fp32));
         assert_eq!(matched_class(&honest), None);
         assert!(downgrade_finding(&honest).is_none());
@@ -634,7 +766,7 @@ mod tests {
                 "float32",
                 7.7e-4,
                 2.9e-4,
-                &[("rn10", 1.13, 0.001), ("rz10", 0.0003, 3.0)],
+                &[("rn10", 2.9e-4, -0.5, 1.0), ("rz10", 7.7e-4, 1.0, -0.07)],
             ),
             0,
         );

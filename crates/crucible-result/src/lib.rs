@@ -299,12 +299,22 @@ pub struct Emulation {
     pub name: String,
     /// The emulation's own error against float64.
     pub rel_rms: Option<f64>,
-    /// ||d_candidate − d_emulation||₂ / ||d_candidate||₂ (d = x − ref64): near 0 when the
-    /// candidate's error is this rounding; `None` when the candidate has no error.
-    pub unexplained: Option<f64>,
+    /// How much of the candidate's error is this rounding.
+    pub candidate: Fingerprint,
     /// The same for the reference's own error.
-    #[serde(default)]
-    pub reference_unexplained: Option<f64>,
+    pub reference: Fingerprint,
+}
+
+/// How much of an error (d = x − ref64) is an emulated rounding's (d_e). `None` where undefined.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// ⟨d, d_e⟩ / ⟨d_e, d_e⟩: 1 when the error contains that rounding (whatever else it adds,
+    /// such as accumulation error), 0 when unrelated.
+    pub coefficient: Option<f64>,
+    /// The coefficient's standard error: ||d − coefficient·d_e|| / (||d_e||·√(n−1)).
+    pub coefficient_noise: Option<f64>,
+    /// ||d − d_e|| / ||d||: near 0 when the error is that rounding and nothing else.
+    pub unexplained: Option<f64>,
 }
 
 /// The precision measurement of one floating-point output.
