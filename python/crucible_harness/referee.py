@@ -9,8 +9,8 @@ import contextlib
 import sys
 import traceback
 
-from crucible_harness import common
-from crucible_harness.common import STRICT_FP32, compare, same_bits
+from crucible_harness import common, precision
+from crucible_harness.common import compare, same_bits
 
 
 class Referee:
@@ -19,6 +19,7 @@ class Referee:
         self.chan = chan
         self.trials = {}  # trial index -> (inputs, pristine inputs, expected, shared descriptors)
         self.kept = None  # the candidate's outputs of the first trial, for the repeat check
+        self.precision_trial = None  # (pristine inputs, expected, candidate outputs), for `measure_precision`
 
     def init(self, msg):
         torch = self.torch
@@ -126,7 +127,7 @@ class Referee:
         inputs, pristine, expected, shared_inputs, slots = self.trials.pop(index)
         common.sync(torch, self.device)
         snapshot = [self._slot_value(slot, desc).clone() for slot, desc in slots]
-        outputs, problems, repeat_problems, precision_loss = [], [], [], []
+        outputs, problems, repeat_problems = [], [], []
         for j, (exp, got) in enumerate(zip(expected, snapshot, strict=True)):
             atol, rtol = common.tolerance_for(torch, self.tolerance, exp)
             stats, problem = compare(torch, exp, got, atol, rtol)
@@ -134,14 +135,10 @@ class Referee:
             outputs.append(stats)
             if problem:
                 problems.append(f"output {j}: {problem}")
-            elif exp.dtype in (torch.float32, torch.float64) and atol > STRICT_FP32:
-                # Passing the loose tolerance but not fp32's is what fp16/bf16 arithmetic
-                # (or TF32 matrix units) on an fp32 task looks like.
-                _strict, strict_problem = compare(torch, exp, got, STRICT_FP32, STRICT_FP32)
-                if strict_problem:
-                    precision_loss.append({"index": j, "max_rel": stats["max_rel"], "max_abs": stats["max_abs"]})
         if msg.get("keep"):
             self.kept = snapshot
+        if msg.get("precision") and not problems:
+            self.precision_trial = (pristine, expected, snapshot)
         if msg.get("against_kept") and self.kept is not None:
             for j, (first, again) in enumerate(zip(self.kept, snapshot, strict=True)):
                 atol, rtol = common.tolerance_for(torch, self.tolerance, first)
@@ -166,7 +163,6 @@ class Referee:
             "mutated_inputs": mutated,
             "changed_after_return": changed,
             "repeat_problems": repeat_problems,
-            "precision_loss": precision_loss,
         }
 
     # --- the generalization trial ---------------------------------------------------------
@@ -274,7 +270,8 @@ class Referee:
     def time_reference(self, msg):
         torch = self.torch
         inputs = self.draw_inputs(msg["seed"])
-        with torch.no_grad():
+        # `precision` (a measured class) runs the reference at the candidate's precision.
+        with torch.no_grad(), precision.matched(torch, msg.get("precision"), self.device):
             outputs = common.as_output_list(torch, self.model(*inputs))
             samples = common.time_forward(
                 torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device
@@ -283,6 +280,35 @@ class Referee:
         # The least traffic any implementation needs: read every input and write every output once.
         io_bytes = sum(x.numel() * x.element_size() for x in tensors)
         return {"samples_ms": samples, "io_bytes": io_bytes}
+
+    def measure_precision(self, msg):
+        """The candidate's and the reference's errors against a float64 copy of the reference,
+        on the trial the judge marked. Anything that prevents it (an op without float64, out of
+        memory, a reference that fixes its dtype) leaves the precision unmeasured, with the
+        reason: it is neither the judge's failure nor the candidate's."""
+        torch = self.torch
+        kept, self.precision_trial = self.precision_trial, None
+        if kept is None:
+            return {"outputs": None, "unmeasured": "no passing trial was kept for the measurement"}
+        inputs, expected, got = kept
+        del kept
+        cuda = self.device.startswith("cuda")
+
+        def sync():
+            common.sync(torch, self.device)
+
+        try:
+            outputs = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync)
+            return {"outputs": outputs, "unmeasured": None}
+        except precision.Unmeasured as exc:
+            return {"outputs": None, "unmeasured": str(exc)}
+        except Exception as exc:
+            why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
+            return {"outputs": None, "unmeasured": why}
+        finally:
+            del inputs, expected, got
+            if cuda:
+                torch.cuda.empty_cache()
 
 
 # --- generalization: which constants change, and to what ---------------------------------------
@@ -398,6 +424,7 @@ def main():
         "generalize_plan": referee.generalize_plan,
         "generalize": referee.generalize,
         "prepare_generalized": referee.prepare_generalized,
+        "measure_precision": referee.measure_precision,
     }
     common.serve(chan, handlers, failure, "referee")
 

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crucible_result::{
-    EvalResult, Failure, FailureClass, FileRef, Finding, Launch, Profile, SCHEMA, Seeds, Severity,
-    Stage, StageStatus, Timing, Tolerance, Trial, Verdict,
+    EvalResult, Failure, FailureClass, FileRef, Finding, Launch, Precision, Profile, SCHEMA, Seeds,
+    Severity, Stage, StageStatus, Timing, Tolerance, Trial, Verdict,
 };
 
 use crate::device::Device;
 use crate::error::InfraError;
+use crate::precision;
 use crate::process::{HarnessProcess, Spawn};
 use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
 use crate::runtime::{Runtime, harness_env, hex};
@@ -260,6 +261,8 @@ struct Evaluation<'a> {
     timing_blocked: Option<String>,
     timing: Option<Timing>,
     profile: Option<Profile>,
+    /// Measured on trial 0's inputs once every trial passed.
+    precision: Option<Precision>,
 }
 
 impl Evaluation<'_> {
@@ -345,6 +348,7 @@ pub fn evaluate_with(
         timing_blocked: None,
         timing: None,
         profile: None,
+        precision: None,
     };
     let outcome = verify_stage(&mut eval, candidate_src)
         .and_then(|()| session::run(&mut eval, prestarted, task_path, candidate_src));
@@ -416,14 +420,18 @@ fn assemble(
         .as_ref()
         .filter(|p: &&Profile| p.total_gpu_us > 0.0)
         .map(|p| p.candidate_triton_us / p.total_gpu_us);
+    let matched = precision::matched_speedup(speedup, timing.as_ref(), eval.precision.as_ref());
     EvalResult {
         schema: SCHEMA.to_string(),
         verdict,
         correct,
         speedup,
+        speedup_matched: matched.map(|(s, _)| s),
+        speedup_matched_class: matched.map(|(_, c)| c),
         timing,
         timing_skipped,
         coverage,
+        precision: eval.precision,
         profile,
         failure,
         findings: eval.findings,

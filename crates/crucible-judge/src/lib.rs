@@ -11,6 +11,7 @@ pub mod audit;
 pub mod device;
 pub mod error;
 pub mod judge;
+pub mod precision;
 pub mod process;
 pub mod protocol;
 pub mod runtime;

@@ -67,11 +67,21 @@ pub(crate) enum RefereeRequest {
         keep: bool,
         /// Also compare with the kept outputs (the repeat run).
         against_kept: bool,
+        /// Keep this trial's inputs and outputs for `measure_precision`.
+        precision: bool,
     },
-    /// Time the reference on fresh inputs.
+    /// Time the reference on fresh inputs: as the task runs it, or (`precision`, a measured
+    /// class) at the candidate's precision.
     TimeReference {
         #[serde(flatten)]
         timed: TimedLoop,
+        precision: Option<String>,
+    },
+    /// The candidate's and the reference's errors against a float64 copy of the reference, on
+    /// the trial kept for it.
+    MeasurePrecision {
+        /// Seconds the measurement may take; past it, it is reported unmeasured.
+        budget_s: f64,
     },
     /// Whether and how to run the generalization trial.
     GeneralizePlan {
@@ -205,21 +215,12 @@ pub(crate) struct OutputStats {
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PrecisionLoss {
-    pub index: u32,
-    pub max_abs: f64,
-    pub max_rel: f64,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct CheckReply {
     pub outputs: Vec<OutputStats>,
     pub problems: Vec<String>,
     pub mutated_inputs: Vec<u32>,
     pub changed_after_return: Vec<u32>,
     pub repeat_problems: Vec<String>,
-    pub precision_loss: Vec<PrecisionLoss>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -228,6 +229,65 @@ pub(crate) struct TimeReferenceReply {
     pub samples_ms: Vec<f64>,
     /// Bytes of every input and output: the least traffic any implementation needs.
     pub io_bytes: f64,
+}
+
+/// One output's error against the float64 reference.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeasuredError {
+    /// ||x − ref64||₂ / ||ref64||₂; null when not finite.
+    #[serde(deserialize_with = "present")]
+    pub rel_rms: Option<f64>,
+    /// max |x − ref64| / rms(ref64); null when not finite.
+    #[serde(deserialize_with = "present")]
+    pub max_norm: Option<f64>,
+}
+
+/// How much of an error is an emulated rounding's; null where undefined.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeasuredFingerprint {
+    #[serde(deserialize_with = "present")]
+    pub coefficient: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    pub coefficient_noise: Option<f64>,
+    #[serde(deserialize_with = "present")]
+    pub unexplained: Option<f64>,
+}
+
+/// The float64 reference once more with a known rounding.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeasuredEmulation {
+    pub name: String,
+    #[serde(deserialize_with = "present")]
+    pub rel_rms: Option<f64>,
+    pub candidate: MeasuredFingerprint,
+    pub reference: MeasuredFingerprint,
+}
+
+/// The measurement of one floating-point output.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeasuredOutput {
+    pub index: u32,
+    pub dtype: String,
+    /// Elements finite in the reference, its float64 copy and the candidate's output.
+    pub elements: u64,
+    pub candidate: MeasuredError,
+    pub reference: MeasuredError,
+    pub emulations: Vec<MeasuredEmulation>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeasurePrecisionReply {
+    /// Null when unmeasured.
+    #[serde(deserialize_with = "present")]
+    pub outputs: Option<Vec<MeasuredOutput>>,
+    /// Why nothing was measured (never the candidate's fault, never an `infra_error`).
+    #[serde(deserialize_with = "present")]
+    pub unmeasured: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -467,6 +527,7 @@ pub fn document() -> Value {
                 ("prepare", schema(schema_for!(PrepareReply))),
                 ("check", schema(schema_for!(CheckReply))),
                 ("time_reference", schema(schema_for!(TimeReferenceReply))),
+                ("measure_precision", schema(schema_for!(MeasurePrecisionReply))),
                 ("generalize_plan", schema(schema_for!(GeneralizePlanReply))),
                 ("generalize", schema(schema_for!(GeneralizeReply))),
                 ("prepare_generalized", schema(schema_for!(PrepareReply))),

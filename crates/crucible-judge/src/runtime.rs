@@ -24,6 +24,10 @@ const HARNESS_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/crucible_harness/referee.py"),
     ),
     (
+        "precision.py",
+        include_str!("../../../python/crucible_harness/precision.py"),
+    ),
+    (
         "candidate.py",
         include_str!("../../../python/crucible_harness/candidate.py"),
     ),

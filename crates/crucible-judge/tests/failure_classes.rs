@@ -374,6 +374,8 @@ fn fp16_arithmetic_on_an_fp32_task_is_flagged_and_fails_strict() {
         "{:?}",
         result.findings
     );
+    let precision = result.precision.as_ref().and_then(|p| p.class);
+    assert_eq!(precision, Some(crucible_result::PrecisionClass::Fp16));
     let mut strict = runtime_config();
     strict.tolerance = crucible_judge::ToleranceProfile::Strict;
     let result = judge_with("task_relu.py", "half_precision.py", &strict);

@@ -287,6 +287,125 @@ pub struct Timing {
     /// Forwards per outside-timed batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside_batch_forwards: Option<u32>,
+    /// The reference timed a second time at the candidate's measured precision class
+    /// (`reference_matched_class`), with the same inputs, warmup, iterations and L2 flush; only
+    /// when that class differs from the reference's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_matched: Option<Stats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_matched_class: Option<PrecisionClass>,
+}
+
+/// A precision class, measured from a computation's error against a float64 reference
+/// (never from the tolerance profile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrecisionClass {
+    /// 23 mantissa bits: float32 arithmetic.
+    Fp32,
+    /// 10 mantissa bits, operands truncated from fp32 (tensor cores reading fp32 registers:
+    /// Triton's default `tl.dot`), or a 10-bit error without the fingerprint of a rounding.
+    Tf32,
+    /// 10 mantissa bits, rounded to nearest: fp16 casts (TF32 rounded to nearest, as cuBLAS
+    /// does, looks the same).
+    Fp16,
+    /// 7 mantissa bits.
+    Bf16,
+}
+
+impl PrecisionClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrecisionClass::Fp32 => "fp32",
+            PrecisionClass::Tf32 => "tf32",
+            PrecisionClass::Fp16 => "fp16",
+            PrecisionClass::Bf16 => "bf16",
+        }
+    }
+
+    /// Explicit mantissa bits: what orders classes by precision (tf32 and fp16 tie).
+    pub fn mantissa_bits(self) -> u32 {
+        match self {
+            PrecisionClass::Fp32 => 23,
+            PrecisionClass::Tf32 | PrecisionClass::Fp16 => 10,
+            PrecisionClass::Bf16 => 7,
+        }
+    }
+}
+
+/// One output's error against the float64 reference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorVsF64 {
+    /// ||x − ref64||₂ / ||ref64||₂; `None` when not finite.
+    pub rel_rms: Option<f64>,
+    /// max |x − ref64| / rms(ref64); `None` when not finite.
+    pub max_norm: Option<f64>,
+}
+
+/// The float64 reference computed once more with a known rounding (see docs/result-schema.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Emulation {
+    /// `rn10`, `rn10+out`, `out10`, `rz10`, `rn7`, `rn7+out` or `out7`.
+    pub name: String,
+    /// The emulation's own error against float64.
+    pub rel_rms: Option<f64>,
+    /// How much of the candidate's error is this rounding.
+    pub candidate: Fingerprint,
+    /// The same for the reference's own error.
+    pub reference: Fingerprint,
+}
+
+/// How much of an error (d = x − ref64) is an emulated rounding's (d_e). `None` where undefined.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// ⟨d, d_e⟩ / ⟨d_e, d_e⟩: 1 when the error contains that rounding (whatever else it adds,
+    /// such as accumulation error), 0 when unrelated.
+    pub coefficient: Option<f64>,
+    /// The coefficient's standard error: ||d − coefficient·d_e|| / (||d_e||·√(n−1)).
+    pub coefficient_noise: Option<f64>,
+    /// ||d − d_e|| / ||d||: near 0 when the error is that rounding and nothing else.
+    pub unexplained: Option<f64>,
+}
+
+/// The precision measurement of one floating-point output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputPrecision {
+    pub index: u32,
+    /// The reference output's dtype (`float32`, `float16`, ...).
+    pub dtype: String,
+    /// Elements finite in the reference, its float64 copy and the candidate's output.
+    pub elements: u64,
+    pub candidate: ErrorVsF64,
+    /// The reference's own error, at the task's precision.
+    pub reference: ErrorVsF64,
+    pub emulations: Vec<Emulation>,
+    /// Equivalent mantissa bits: 10 + log2(rel_rms(`rn10+out`) / candidate rel_rms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_bits: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_bits: Option<f64>,
+    pub class: PrecisionClass,
+    pub reference_class: PrecisionClass,
+    /// What decided `class`: `exact`, `emulation:<name>`, `matches-reference` or `magnitude`.
+    pub evidence: String,
+}
+
+/// The measured precision of a candidate (trial 0's inputs), next to the reference's own.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Precision {
+    /// The trial whose inputs were measured.
+    pub trial: u32,
+    /// The lowest class over the floating-point outputs; `None` when unmeasured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<PrecisionClass>,
+    /// The reference's own class, as the task runs it (the task's precision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_class: Option<PrecisionClass>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputPrecision>,
+    /// Why nothing was measured (never the candidate's fault, never an `infra_error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmeasured: Option<String>,
 }
 
 /// GPU time of one kernel (by exact name) in the profiled forward.
@@ -355,12 +474,22 @@ pub struct EvalResult {
     pub correct: bool,
     /// Reference median / candidate median; `None` when no timing was taken.
     pub speedup: Option<f64>,
+    /// Speedup against the reference run at the candidate's measured precision class
+    /// (`speedup_matched_class`); equal to `speedup` when that class is the reference's own.
+    /// `None` without timing or without a precision measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_matched: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_matched_class: Option<PrecisionClass>,
     pub timing: Option<Timing>,
     /// Why `timing` is null, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing_skipped: Option<String>,
     /// Candidate Triton GPU time / all GPU time in one profiled forward.
     pub coverage: Option<f64>,
+    /// The candidate's precision, measured against a float64 reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -456,6 +585,34 @@ mod tests {
         assert!(text.contains(r#""status":"failed""#), "{text}");
         let back: EvalResult = serde_json::from_str(&text).unwrap();
         assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn precision_fields_are_optional_and_round_trip() {
+        let class = serde_json::to_string(&PrecisionClass::Tf32).unwrap();
+        assert_eq!(class, "\"tf32\"");
+        let timing: Timing = serde_json::from_str(
+            r#"{"reference": {"n": 1, "median_ms": 1.0, "mean_ms": 1.0, "min_ms": 1.0,
+                "max_ms": 1.0, "iqr_ms": 0.0, "cv": 0.0},
+                "candidate": {"n": 1, "median_ms": 1.0, "mean_ms": 1.0, "min_ms": 1.0,
+                "max_ms": 1.0, "iqr_ms": 0.0, "cv": 0.0},
+                "warmup": 5, "l2_flush_bytes": 0, "candidate_phase_wall_s": 0.1}"#,
+        )
+        .unwrap();
+        assert!(timing.reference_matched.is_none());
+        let text = serde_json::to_string(&timing).unwrap();
+        assert!(!text.contains("reference_matched"), "{text}");
+        let unmeasured = Precision {
+            unmeasured: Some("no float64".into()),
+            ..Precision::default()
+        };
+        let text = serde_json::to_string(&unmeasured).unwrap();
+        assert_eq!(text, r#"{"trial":0,"unmeasured":"no float64"}"#);
+        assert_eq!(
+            serde_json::from_str::<Precision>(&text).unwrap(),
+            unmeasured
+        );
+        assert!(PrecisionClass::Fp16.mantissa_bits() < PrecisionClass::Fp32.mantissa_bits());
     }
 
     #[test]

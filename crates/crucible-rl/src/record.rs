@@ -88,7 +88,8 @@ pub fn turn_inputs(
                 Some(text) => {
                     let result: EvalResult = serde_json::from_str(text)
                         .map_err(|source| Error::BadJudgeResult { row, source })?;
-                    match Outcome::from_result(&result) {
+                    let basis = recipe.map(Recipe::speedup_basis).unwrap_or_default();
+                    match Outcome::from_result_with(&result, basis) {
                         Ok(o) => Some(Ok(o)),
                         Err(Error::InfraError) => Some(Err(())),
                         Err(e) => return Err(e),
@@ -264,6 +265,21 @@ mod tests {
         assert_eq!(rows[0].advantage, Some(0.0));
         // Turn 1 group {1.9} alone: A = G.
         assert_eq!(rows[1].advantage, Some(1.9));
+    }
+
+    #[test]
+    fn batch_rewards_score_the_recipes_speedup_basis() {
+        let mut fp16 = result(Verdict::Correct, Some(5.0), Some(1.0));
+        fp16.speedup_matched = Some(0.5);
+        let mut recipe = Recipe::from_name("drkernel").unwrap();
+        let reward = |recipe: &Recipe| {
+            let inputs = turn_inputs(&[rec("p", 0, 0, Some(&fp16))], Some(recipe), false).unwrap();
+            inputs[0].reward
+        };
+        // matched: 0.5 + 0.5*0.5 + 0.5 = 1.25; fp32: 0.5 + 0.5*3 + 0.5 = 2.5.
+        assert_eq!(reward(&recipe), 1.25);
+        recipe.set_speedup_basis(crate::reward::SpeedupBasis::Fp32);
+        assert_eq!(reward(&recipe), 2.5);
     }
 
     #[test]

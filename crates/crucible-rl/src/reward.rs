@@ -4,6 +4,11 @@
 //! speedup and coverage), then scores it. An `infra_error` result never reaches a recipe: it is
 //! [`Error::InfraError`], and the caller must drop the sample.
 //!
+//! The speedup a recipe scores is, by default, `speedup_matched`: against the reference run at the
+//! candidate's measured precision class, so that computing an fp32 task in fp16 or TF32 is not
+//! rewarded as a faster kernel. A result without it (no timing, or no precision measurement)
+//! falls back to `speedup`. [`SpeedupBasis::Fp32`] scores `speedup` always.
+//!
 //! A null speedup (no timing was taken, e.g. a CPU-only correctness run) means "no measured
 //! speedup": the speed term is 0 in `drkernel`, `weighted` and `hierarchical`, and the below-1
 //! tier (−0.1) in `tiered`. A non-finite or non-positive speedup is treated as null, since no real
@@ -19,6 +24,43 @@ use crate::error::{Error, Result};
 
 /// The judge's finding for a candidate that fails its generalization trial.
 pub const SHAPE_SPECIALIZED: &str = "shape-specialized";
+/// Which of a result's speedups a recipe scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpeedupBasis {
+    /// `speedup_matched` (against the reference at the candidate's measured precision class),
+    /// or `speedup` when the result has none.
+    #[default]
+    Matched,
+    /// `speedup`: against the reference as the task runs it (fp32 for an fp32 task).
+    Fp32,
+}
+
+impl SpeedupBasis {
+    pub const NAMES: [&'static str; 2] = ["matched", "fp32"];
+
+    pub fn from_name(name: &str) -> Option<SpeedupBasis> {
+        match name {
+            "matched" => Some(SpeedupBasis::Matched),
+            "fp32" => Some(SpeedupBasis::Fp32),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SpeedupBasis::Matched => "matched",
+            SpeedupBasis::Fp32 => "fp32",
+        }
+    }
+
+    /// The speedup of `result` on this basis (unfiltered).
+    pub fn speedup(self, result: &EvalResult) -> Option<f64> {
+        match self {
+            SpeedupBasis::Matched => result.speedup_matched.or(result.speedup),
+            SpeedupBasis::Fp32 => result.speedup,
+        }
+    }
+}
 
 /// What a judge result says about the candidate, in the terms the recipes use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +89,15 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Classifies `result`. Fails with [`Error::InfraError`] for `infra_error`, before looking at
-    /// anything else, so that a judge failure is never charged to the candidate.
+    /// Classifies `result`, with the default (matched) speedup. Fails with
+    /// [`Error::InfraError`] for `infra_error`, before looking at anything else, so that a judge
+    /// failure is never charged to the candidate.
     pub fn from_result(result: &EvalResult) -> Result<Outcome> {
+        Outcome::from_result_with(result, SpeedupBasis::default())
+    }
+
+    /// [`Outcome::from_result`] with the speedup taken on `basis`.
+    pub fn from_result_with(result: &EvalResult, basis: SpeedupBasis) -> Result<Outcome> {
         let kind = match result.verdict {
             Verdict::InfraError => return Err(Error::InfraError),
             _ if is_hack(result) => Kind::Hack,
@@ -64,7 +112,7 @@ impl Outcome {
         };
         Ok(Outcome {
             kind,
-            speedup: result.speedup.filter(|s| s.is_finite() && *s > 0.0),
+            speedup: basis.speedup(result).filter(|s| s.is_finite() && *s > 0.0),
             coverage: result
                 .coverage
                 .filter(|c| c.is_finite())
@@ -112,6 +160,7 @@ pub struct DrKernel {
     pub speedup_cap: f64,
     /// Subtracted from a correct, shape-specialized result; 0 (off) by default.
     pub shape_specialized_penalty: f64,
+    pub speedup: SpeedupBasis,
 }
 
 impl Default for DrKernel {
@@ -119,6 +168,7 @@ impl Default for DrKernel {
         DrKernel {
             speedup_cap: 3.0,
             shape_specialized_penalty: 0.0,
+            speedup: SpeedupBasis::default(),
         }
     }
 }
@@ -144,6 +194,7 @@ pub struct Weighted {
     pub speedup_threshold: f64,
     /// Subtracted from a correct, shape-specialized result; 0 (off) by default.
     pub shape_specialized_penalty: f64,
+    pub speedup: SpeedupBasis,
 }
 
 impl Default for Weighted {
@@ -152,6 +203,7 @@ impl Default for Weighted {
             coverage_weight: 0.5,
             speedup_threshold: 1.01,
             shape_specialized_penalty: 0.0,
+            speedup: SpeedupBasis::default(),
         }
     }
 }
@@ -182,6 +234,7 @@ pub struct Tiered {
     pub tiers: Vec<(f64, f64)>,
     /// Subtracted from a correct, shape-specialized result; 0 (off) by default.
     pub shape_specialized_penalty: f64,
+    pub speedup: SpeedupBasis,
 }
 
 impl Default for Tiered {
@@ -194,6 +247,7 @@ impl Default for Tiered {
             below_one: -0.1,
             tiers: vec![(1.0, 0.2), (1.2, 0.4), (1.5, 0.6), (2.0, 0.8), (3.0, 1.0)],
             shape_specialized_penalty: 0.0,
+            speedup: SpeedupBasis::default(),
         }
     }
 }
@@ -238,6 +292,7 @@ pub struct Hierarchical {
     pub speedup_threshold: f64,
     /// Subtracted from both segments of a correct, shape-specialized result; 0 (off) by default.
     pub shape_specialized_penalty: f64,
+    pub speedup: SpeedupBasis,
 }
 
 impl Default for Hierarchical {
@@ -247,6 +302,7 @@ impl Default for Hierarchical {
             boundary: "</think>".to_string(),
             speedup_threshold: 1.0,
             shape_specialized_penalty: 0.0,
+            speedup: SpeedupBasis::default(),
         }
     }
 }
@@ -330,6 +386,25 @@ impl Recipe {
         }
     }
 
+    /// The speedup this recipe scores.
+    pub fn speedup_basis(&self) -> SpeedupBasis {
+        match self {
+            Recipe::DrKernel(r) => r.speedup,
+            Recipe::Weighted(r) => r.speedup,
+            Recipe::Tiered(r) => r.speedup,
+            Recipe::Hierarchical(r) => r.speedup,
+        }
+    }
+
+    pub fn set_speedup_basis(&mut self, basis: SpeedupBasis) {
+        match self {
+            Recipe::DrKernel(r) => r.speedup = basis,
+            Recipe::Weighted(r) => r.speedup = basis,
+            Recipe::Tiered(r) => r.speedup = basis,
+            Recipe::Hierarchical(r) => r.speedup = basis,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Recipe::DrKernel(_) => "drkernel",
@@ -407,7 +482,12 @@ impl Recipe {
 
     /// The scalar reward of `result`. For `hierarchical` this is the α-weighted total.
     pub fn reward(&self, result: &EvalResult) -> Result<f64> {
-        Ok(self.score(&Outcome::from_result(result)?))
+        Ok(self.score(&self.outcome(result)?))
+    }
+
+    /// `result` reduced to an [`Outcome`], with the speedup this recipe scores.
+    pub fn outcome(&self, result: &EvalResult) -> Result<Outcome> {
+        Outcome::from_result_with(result, self.speedup_basis())
     }
 
     /// The scalar reward of an already classified outcome.
@@ -453,9 +533,12 @@ pub(crate) mod tests {
             verdict,
             correct: verdict == Verdict::Correct,
             speedup,
+            speedup_matched: None,
+            speedup_matched_class: None,
             timing: None,
             timing_skipped: None,
             coverage,
+            precision: None,
             profile: None,
             failure: None,
             findings: vec![],
@@ -698,6 +781,31 @@ pub(crate) mod tests {
         assert!(bad.validate().is_err());
         bad.set_shape_specialized_penalty(f64::NAN);
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn the_matched_speedup_is_scored_by_default() {
+        // fp16 in an fp32 task: 5x against the fp32 reference, 0.5x against it under autocast.
+        let mut r = result(Verdict::Correct, Some(5.0), Some(1.0));
+        r.speedup_matched = Some(0.5);
+        r.speedup_matched_class = Some(crucible_result::PrecisionClass::Fp16);
+        // 0.5 + 0.5*0.5 + 0.5*1 = 1.25; on the fp32 basis 0.5 + 0.5*3 + 0.5 = 2.5.
+        assert!(close(reward("drkernel", &r), 1.25));
+        assert_eq!(reward("tiered", &r), -0.1);
+        let mut fp32 = Recipe::from_name("drkernel").unwrap();
+        fp32.set_speedup_basis(SpeedupBasis::Fp32);
+        assert_eq!(fp32.speedup_basis(), SpeedupBasis::Fp32);
+        assert!(close(fp32.reward(&r).unwrap(), 2.5));
+        let mut tiered = Recipe::from_name("tiered").unwrap();
+        tiered.set_speedup_basis(SpeedupBasis::Fp32);
+        assert_eq!(tiered.reward(&r).unwrap(), 1.0);
+        // Without a matched speedup (no precision measurement) the plain one counts.
+        let plain = result(Verdict::Correct, Some(2.0), Some(1.0));
+        assert!(close(reward("drkernel", &plain), 2.0));
+        for name in SpeedupBasis::NAMES {
+            assert_eq!(SpeedupBasis::from_name(name).unwrap().name(), name);
+        }
+        assert_eq!(SpeedupBasis::from_name("fp16"), None);
     }
 
     #[test]

@@ -364,18 +364,37 @@ fn fmt_opt(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
     value.map(f).unwrap_or_else(|| "-".into())
 }
 
+/// The measured precision class, `-` when there is none.
+fn precision_class(r: &EvalResult) -> &'static str {
+    r.precision
+        .as_ref()
+        .and_then(|p| p.class)
+        .map_or("-", |c| c.as_str())
+}
+
 pub fn print_table(results: &[EvalResult]) {
     println!(
-        "{:<40} {:<14} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8}",
-        "task", "verdict", "speedup", "coverage", "ref ms", "cand ms", "cv", "wall s"
+        "{:<40} {:<14} {:>5} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8}",
+        "task",
+        "verdict",
+        "prec",
+        "speedup",
+        "matched",
+        "coverage",
+        "ref ms",
+        "cand ms",
+        "cv",
+        "wall s"
     );
     for r in results {
         let timing = r.timing.as_ref();
         println!(
-            "{:<40} {:<14} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8.2}",
+            "{:<40} {:<14} {:>5} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7} {:>8.2}",
             r.task.name,
             r.verdict.as_str(),
+            precision_class(r),
             fmt_opt(r.speedup, |s| format!("{s:.3}x")),
+            fmt_opt(r.speedup_matched, |s| format!("{s:.3}x")),
             fmt_opt(r.coverage, |c| format!("{:.1}%", c * 100.0)),
             fmt_opt(timing.map(|t| t.reference.median_ms), |v| format!("{v:.4}")),
             fmt_opt(timing.map(|t| t.candidate.median_ms), |v| format!("{v:.4}")),
@@ -429,6 +448,18 @@ fn print_summary(r: &EvalResult) {
     }
     if let Some(reason) = &r.timing_skipped {
         println!("  timing: none ({reason})");
+    }
+    if let Some(p) = &r.precision {
+        match (&p.unmeasured, p.class, p.reference_class) {
+            (Some(reason), _, _) => println!("  precision: unmeasured ({reason})"),
+            (None, Some(class), Some(reference)) => println!(
+                "  precision: {} (reference {}), speedup at that precision {}",
+                class.as_str(),
+                reference.as_str(),
+                fmt_opt(r.speedup_matched, |s| format!("{s:.3}x")),
+            ),
+            _ => {}
+        }
     }
     if let Some(f) = &r.failure {
         println!(

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use crucible_result::EvalResult;
 use crucible_rl::advantage::{Config, Estimator};
-use crucible_rl::reward::{Hierarchical, Outcome, Recipe};
+use crucible_rl::reward::{Hierarchical, Recipe, SpeedupBasis};
 use crucible_rl::sampling::{GroupFilter, Mrs, Prs, PrsMode};
 use crucible_rl::{Error, io, record};
 
@@ -14,9 +14,14 @@ use crucible_rl::{Error, io, record};
 /// caller must drop the sample.
 const EXIT_INFRA: u8 = 3;
 
-/// Parameters that tune a recipe; each applies to one recipe only.
+/// Parameters that tune a recipe; each applies to one recipe only, but `--speedup`.
 #[derive(clap::Args)]
 struct RecipeParams {
+    /// Which speedup to score: `matched` (against the reference run at the candidate's measured
+    /// precision class; the plain speedup when a result has none) or `fp32` (the plain
+    /// `speedup`) [default: matched].
+    #[arg(long, value_name = "BASIS", value_parser = SpeedupBasis::NAMES)]
+    speedup: Option<String>,
     /// weighted: coverage weight w [default: 0.5].
     #[arg(long, value_name = "W")]
     coverage_weight: Option<f64>,
@@ -122,6 +127,11 @@ fn build_recipe(name: &str, p: &RecipeParams) -> anyhow::Result<Recipe> {
     if let Some(penalty) = p.shape_specialized_penalty {
         recipe.set_shape_specialized_penalty(penalty);
     }
+    if let Some(name) = &p.speedup {
+        let basis = SpeedupBasis::from_name(name)
+            .with_context(|| format!("unknown speedup basis {name}"))?;
+        recipe.set_speedup_basis(basis);
+    }
     recipe.validate()?;
     Ok(recipe)
 }
@@ -146,7 +156,7 @@ pub fn run_reward(args: RewardArgs) -> anyhow::Result<ExitCode> {
         bail!("--response applies only to --recipe hierarchical");
     }
     let result = read_result(&args.result)?;
-    let outcome = match Outcome::from_result(&result) {
+    let outcome = match recipe.outcome(&result) {
         Ok(o) => o,
         Err(Error::InfraError) => {
             if args.json {
@@ -171,6 +181,8 @@ pub fn run_reward(args: RewardArgs) -> anyhow::Result<ExitCode> {
         "recipe": recipe.name(),
         "reward": reward,
         "verdict": result.verdict.as_str(),
+        "speedup_basis": recipe.speedup_basis().name(),
+        "speedup": outcome.speedup,
     });
     let mut text = format!("{reward}");
     if let Recipe::Hierarchical(h) = &recipe {
@@ -217,7 +229,8 @@ pub fn run_advantages(args: AdvantagesArgs) -> anyhow::Result<ExitCode> {
         None if args.params.coverage_weight.is_some()
             || args.params.alpha.is_some()
             || args.params.boundary.is_some()
-            || args.params.shape_specialized_penalty.is_some() =>
+            || args.params.shape_specialized_penalty.is_some()
+            || args.params.speedup.is_some() =>
         {
             bail!("recipe parameters need --recipe")
         }
@@ -304,6 +317,16 @@ mod tests {
         .to_string()
     }
 
+    fn no_params() -> RecipeParams {
+        RecipeParams {
+            speedup: None,
+            coverage_weight: None,
+            alpha: None,
+            boundary: None,
+            shape_specialized_penalty: None,
+        }
+    }
+
     fn reward(args: &[&str]) -> anyhow::Result<ExitCode> {
         match Cli::try_parse_from([&["x", "reward"], args].concat())? {
             Cli::Reward(a) => run_reward(a),
@@ -338,6 +361,31 @@ mod tests {
             reward(&["--recipe", "tiered", infra.to_str().unwrap()]).unwrap(),
             ExitCode::from(EXIT_INFRA)
         );
+        // The matched speedup is scored unless `--speedup fp32` asks for the plain one.
+        let matched = dir.path("matched.json");
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&result_json("correct", Some(5.0))).unwrap();
+        doc["speedup_matched"] = 0.5.into();
+        doc["speedup_matched_class"] = "fp16".into();
+        std::fs::write(&matched, doc.to_string()).unwrap();
+        let matched = matched.to_str().unwrap();
+        assert_eq!(
+            reward(&["--recipe", "tiered", matched]).unwrap(),
+            ExitCode::SUCCESS
+        );
+        let fp32 = build_recipe(
+            "tiered",
+            &RecipeParams {
+                speedup: Some("fp32".into()),
+                ..no_params()
+            },
+        )
+        .unwrap();
+        let parsed = read_result(Path::new(matched)).unwrap();
+        assert_eq!(fp32.reward(&parsed).unwrap(), 1.0);
+        let default = build_recipe("tiered", &no_params()).unwrap();
+        assert_eq!(default.reward(&parsed).unwrap(), -0.1);
+        assert!(reward(&["--recipe", "tiered", "--speedup", "fp16", matched]).is_err());
         let e = reward(&["--recipe", "tiered", "--alpha", "0.2", ok]).unwrap_err();
         assert!(e.to_string().contains("--alpha applies only"), "{e}");
         let e = reward(&["--recipe", "nope", ok]).unwrap_err();
@@ -357,10 +405,8 @@ mod tests {
     #[test]
     fn the_shape_specialized_penalty_applies_to_any_recipe_and_needs_one() {
         let params = |penalty| RecipeParams {
-            coverage_weight: None,
-            alpha: None,
-            boundary: None,
             shape_specialized_penalty: penalty,
+            ..no_params()
         };
         for name in Recipe::NAMES {
             let recipe = build_recipe(name, &params(Some(0.25))).unwrap();

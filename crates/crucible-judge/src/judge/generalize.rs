@@ -236,6 +236,7 @@ fn attempt(
         trial: STAGE.into(),
         keep: false,
         against_kept: false,
+        precision: false,
     };
     candidate.freeze(true);
     let checked = referee_call(referee, &check, cfg.limits.trial);

@@ -52,18 +52,6 @@ pub(super) fn record_trial(
              device work); forward must finish its work before returning",
         ));
     }
-    if let Some(loss) = checked.precision_loss.first() {
-        eval.add_once(Finding::new(
-            "precision-downgrade",
-            Severity::Flag,
-            format!(
-                "fp32 output {} matches the reference within the loose tolerance but not within \
-                 1e-4 (max abs error {}, max rel error {}): this looks like fp16/bf16 arithmetic \
-                 (or TF32 matrix units) on an fp32 task; it fails under `--tolerance strict`",
-                loss.index, loss.max_abs, loss.max_rel
-            ),
-        ));
-    }
     if !ran.aliased_outputs.is_empty() {
         eval.add_once(Finding::new(
             "output-aliases-input",

@@ -7,15 +7,19 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crucible_result::{Failure, FailureClass, Finding, Launch, Severity, Stats, Timing};
+use crucible_result::{
+    Failure, FailureClass, Finding, Launch, PrecisionClass, Severity, Stats, Timing,
+};
 
 use super::calls::{candidate_call, referee_call};
 use super::record::{build_profile, merge_launches, own_launches, record_trial};
 use super::{Evaluation, LOW_COVERAGE, Stop, TimingConfig, Workers, fresh_seed, generalize};
 use crate::error::InfraError;
+use crate::precision;
 use crate::protocol::{
-    CandidateRequest, CheckReply, Done, InitReply, PrepareReply, ProfileReply, RefereeRequest,
-    RunReply, TimeDeliverReply, TimeReferenceReply, TimeReply, TimedLoop,
+    CandidateRequest, CheckReply, Done, InitReply, MeasurePrecisionReply, PrepareReply,
+    ProfileReply, RefereeRequest, RunReply, TimeDeliverReply, TimeReferenceReply, TimeReply,
+    TimedLoop,
 };
 use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
@@ -56,6 +60,8 @@ struct Session {
 /// What the timing stage hands to the stages after it.
 struct TimedPhase {
     reference: TimeReferenceReply,
+    /// The reference timed at the candidate's class, when it differs from its own.
+    matched: Option<(PrecisionClass, Vec<f64>)>,
     claimed_ms: Vec<f64>,
     phase_wall_s: f64,
     /// The outside witness: ms per back-to-back forward, and forwards per batch.
@@ -116,6 +122,7 @@ impl Session {
         if !self.launch_check(eval) {
             return Ok(());
         }
+        self.precision(eval)?;
         let usable = generalize::generalize_stage(
             eval,
             &mut self.workers.referee,
@@ -210,6 +217,8 @@ impl Session {
             trial,
             keep,
             against_kept,
+            // Trial 0 (the kept one) is the one whose precision is measured.
+            precision: keep,
         };
         candidate.freeze(true);
         let checked = referee_call(referee, &check, limit);
@@ -286,7 +295,31 @@ impl Session {
         false
     }
 
-    /// Both sides time the same loop on fresh inputs; the outside witness is measured last.
+    /// The candidate's precision against a float64 copy of the reference, on trial 0 (its
+    /// inputs, expected and actual outputs, kept by the referee), once every trial passed.
+    /// Whatever stops the measurement leaves it unmeasured; only a referee that stops answering
+    /// is the judge's failure.
+    fn precision(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+        let limit = eval.cfg.limits.trial;
+        // The referee gives up (unmeasured) when the float64 forwards would exceed the budget;
+        // the deadline leaves room for a forward that started just inside it.
+        let request = RefereeRequest::MeasurePrecision {
+            budget_s: limit.as_secs_f64() / 2.0,
+        };
+        let referee = &mut self.workers.referee;
+        let measured: MeasurePrecisionReply =
+            eval.stage("precision", |_| referee_call(referee, &request, limit * 2))?;
+        let measured = precision::from_reply(measured, 0);
+        if let Some(finding) = precision::downgrade_finding(&measured) {
+            eval.add_once(finding);
+        }
+        eval.precision = Some(measured);
+        Ok(())
+    }
+
+    /// Both sides time the same loop on fresh inputs (the reference a second time at the
+    /// candidate's measured precision class, when it is not the reference's own); the outside
+    /// witness is measured last.
     fn timing(
         &mut self,
         eval: &mut Evaluation<'_>,
@@ -299,12 +332,27 @@ impl Session {
             iters: timing_cfg.iters,
             flush_bytes: timing_cfg.flush_bytes,
         };
+        let matched_class = eval.precision.as_ref().and_then(precision::matched_class);
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         eval.stage("timing", |_| {
             let request = RefereeRequest::TimeReference {
                 timed: timed.clone(),
+                precision: None,
             };
             let reference: TimeReferenceReply = referee_call(referee, &request, limit)?;
+            // The same loop at the candidate's measured class (same seed, warmup, iterations
+            // and flush).
+            let matched = match matched_class {
+                Some(class) => {
+                    let request = RefereeRequest::TimeReference {
+                        timed: timed.clone(),
+                        precision: Some(class.as_str().to_string()),
+                    };
+                    let reply: TimeReferenceReply = referee_call(referee, &request, limit)?;
+                    Some((class, reply.samples_ms))
+                }
+                None => None,
+            };
             // The timed inputs are shared like a trial's, and their expected outputs kept for
             // the timed-output check.
             let prepare = RefereeRequest::Prepare {
@@ -336,6 +384,7 @@ impl Session {
             let outside = outside_forward(candidate, limit, iteration_ms)?;
             Ok(TimedPhase {
                 reference,
+                matched,
                 claimed_ms: claimed.samples_ms,
                 phase_wall_s,
                 outside,
@@ -422,6 +471,11 @@ impl Session {
             profiled_busy_ms,
             outside_forward_ms: phase.outside.map(|(ms, _)| ms),
             outside_batch_forwards: phase.outside.map(|(_, count)| count),
+            reference_matched: phase
+                .matched
+                .as_ref()
+                .and_then(|(_, samples)| Stats::from_samples(samples)),
+            reference_matched_class: phase.matched.as_ref().map(|(class, _)| *class),
         });
         Ok(())
     }
@@ -439,6 +493,7 @@ impl Session {
                 trial: "timing".into(),
                 keep: false,
                 against_kept: false,
+                precision: false,
             };
             candidate.freeze(true);
             let checked = referee_call(referee, &check, limit);

@@ -1,0 +1,283 @@
+"""Measured precision: the candidate's outputs, and the reference's own, against a float64 copy of
+the reference, next to the error that rounding the operands to a known precision produces.
+
+Trusted, run by the referee only (and by scripts/precision-measure.py, which derives the
+thresholds the judge classifies with). Nothing here decides anything: it returns numbers, and
+the judge (crates/crucible-judge/src/precision.rs) derives the precision class from them.
+
+Error measures, per floating-point output, over the elements where the float64 reference, the
+reference and the candidate are all finite:
+- `rel_rms`  = ||x - ref64||_2 / ||ref64||_2 (scale-free: the same for any scale of the output);
+- `max_norm` = max |x - ref64| / rms(ref64)  (the worst element, in units of the output's RMS).
+
+Emulations: the float64 reference run once more with every floating-point operand (inputs,
+parameters, buffers) rounded to fewer mantissa bits first, then computed in float64, so that
+the only error is the rounding (and, for the `+out` ones, the output rounded the same way too;
+`out10`/`out7` round only the float64 reference's output):
+- `rn10`, `rn10+out`, `out10`: 10 explicit bits, round to nearest even: fp16 casts (in range);
+  TF32 as cuBLAS rounds it looks the same;
+- `rz10`: 10 explicit bits, truncated: TF32 as tensor cores read fp32 registers (what Triton's
+  default `tl.dot` does with fp32 operands);
+- `rn7`, `rn7+out`, `out7`: 7 explicit bits, round to nearest even: bf16.
+For each, `rel_rms` of the emulation (how large that rounding's error is for this computation),
+and a fingerprint of the candidate's error and of the reference's own (`fingerprint`): mainly
+the share of the emulated rounding's error pattern that the error contains (1 when it rounded
+its operands the same way, whatever accumulation error it adds; 0 when unrelated).
+"""
+
+import contextlib
+import copy
+import math
+import time
+
+from crucible_harness import common
+
+# Operand roundings, one float64 forward each: (name, explicit mantissa bits, rounding, whether an
+# emulation with the output rounded the same way is reported too).
+OPERAND_ROUNDINGS = (("rn10", 10, "nearest", True), ("rz10", 10, "truncate", False), ("rn7", 7, "nearest", True))
+# Output-only roundings of the float64 reference (no forward): (name, bits).
+OUTPUT_ROUNDINGS = (("out10", 10), ("out7", 7))
+
+# Statistics are accumulated over flat slices of this many elements, so that a 1.6e9-element
+# output needs no full-size float64 temporaries beyond the ones the forward itself makes.
+CHUNK = 1 << 24
+
+# The reference's own error against its float64 copy beyond this (relative RMS) means the two
+# do not compute the same thing (a random op, a dtype-dependent branch): nothing is measured.
+SAME_COMPUTATION = 0.05
+
+
+class Unmeasured(Exception):
+    """The measurement cannot be made; the message says why. Never the candidate's fault."""
+
+
+def round_mantissa(torch, x, bits, mode):
+    """`x` rounded to `bits` explicit mantissa bits with fp32's exponent range, as float32.
+
+    Bit manipulation on the int32 view (IEEE sign-magnitude, so the same integer arithmetic
+    rounds negative values by magnitude); non-finite values pass unchanged."""
+    x32 = x.detach().to(torch.float32).contiguous()
+    drop = 23 - bits
+    if drop <= 0:
+        return x32.clone()
+    i = x32.view(torch.int32)
+    if mode == "nearest":
+        # Add half an ulp minus one, plus the lowest kept bit: ties go to even.
+        i = i + ((1 << (drop - 1)) - 1) + ((i >> drop) & 1)
+    elif mode != "truncate":
+        raise ValueError(f"unknown rounding {mode!r}")
+    i = i & ~((1 << drop) - 1)
+    out = i.view(torch.float32)
+    return torch.where(torch.isfinite(x32), out, x32)
+
+
+def operand(torch, value, bits=None, mode=None):
+    """A floating-point tensor in float64 (rounded first when `bits` is given); anything else
+    unchanged."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return value
+    if bits is not None:
+        value = round_mantissa(torch, value, bits, mode)
+    return value.detach().to(torch.float64)
+
+
+def model_in_float64(torch, model, bits=None, mode=None):
+    """A float64 copy of the reference model (its floating parameters and buffers rounded first
+    when `bits` is given)."""
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        if bits is not None:
+            for tensor in list(copied.parameters()) + list(copied.buffers()):
+                if tensor.is_floating_point():
+                    tensor.copy_(round_mantissa(torch, tensor, bits, mode).to(tensor.dtype))
+        return copied.double()
+
+
+def run_float64(torch, model, inputs, bits=None, mode=None):
+    """The reference's outputs computed in float64 (operands rounded first when asked)."""
+    from crucible_harness import common
+
+    model64 = model_in_float64(torch, model, bits, mode)
+    args = [operand(torch, x, bits, mode) for x in inputs]
+    with torch.no_grad():
+        outputs = common.as_output_list(torch, model64(*args))
+    del model64, args
+    return outputs
+
+
+def flat_pairs(torch, tensors):
+    """Aligned flat float64 slices of same-shaped tensors."""
+    flats = [t.detach().reshape(-1) for t in tensors]
+    total = flats[0].numel()
+    for start in range(0, total, CHUNK):
+        yield [f[start : start + CHUNK].to(torch.float64) for f in flats]
+
+
+def error_stats(torch, ref64, others):
+    """`rel_rms` and `max_norm` of each tensor in `others` against `ref64`, over the elements
+    where all of them are finite, plus that element count."""
+    sq_ref, count = 0.0, 0
+    sq = [0.0] * len(others)
+    worst = [0.0] * len(others)
+    for ref, *rest in flat_pairs(torch, [ref64, *others]):
+        mask = torch.isfinite(ref)
+        for x in rest:
+            mask &= torch.isfinite(x)
+        ref = ref[mask]
+        count += ref.numel()
+        sq_ref += float((ref * ref).sum())
+        for k, x in enumerate(rest):
+            d = x[mask] - ref
+            sq[k] += float((d * d).sum())
+            if d.numel():
+                worst[k] = max(worst[k], float(d.abs().max()))
+    if count == 0:
+        raise Unmeasured("no element of the output is finite in both the reference and its float64 copy")
+    norm_ref = math.sqrt(sq_ref)
+    if norm_ref == 0.0:
+        raise Unmeasured("the float64 reference output is all zeros; relative errors are undefined")
+    rms_ref = norm_ref / math.sqrt(count)
+    stats = [{"rel_rms": finite(math.sqrt(s) / norm_ref), "max_norm": finite(w / rms_ref)} for s, w in zip(sq, worst)]
+    return stats, count
+
+
+def finite(x):
+    """The channel's JSON has no NaN or infinity: those travel as null."""
+    return x if math.isfinite(x) else None
+
+
+def fingerprint(torch, ref64, got, emulated):
+    """How much of `got`'s error is the emulated rounding, over the elements where all three are
+    finite (d = x - ref64):
+    - `coefficient` = <d_got, d_emul> / <d_emul, d_emul>: the share of the emulated rounding
+      that the error contains, 1 when `got` rounded the same way (whatever else it adds, such as
+      accumulation error), 0 when unrelated;
+    - `coefficient_noise`: its standard error, ||d_got - coefficient d_emul|| / (||d_emul|| sqrt(n-1));
+    - `unexplained` = ||d_got - d_emul|| / ||d_got||.
+    Values are None where undefined (no error, no emulated error)."""
+    sq_got, sq_emul, dot, count = 0.0, 0.0, 0.0, 0
+    for ref, x, e in flat_pairs(torch, [ref64, got, emulated]):
+        mask = torch.isfinite(ref) & torch.isfinite(x) & torch.isfinite(e)
+        ref = ref[mask]
+        d = x[mask] - ref
+        de = e[mask] - ref
+        count += ref.numel()
+        sq_got += float((d * d).sum())
+        sq_emul += float((de * de).sum())
+        dot += float((d * de).sum())
+    out = {"unexplained": None, "coefficient": None, "coefficient_noise": None}
+    if sq_got > 0.0:
+        out["unexplained"] = finite(math.sqrt(max(sq_got - 2 * dot + sq_emul, 0.0) / sq_got))
+    if sq_emul > 0.0 and count > 1:
+        coefficient = dot / sq_emul
+        residual = max(sq_got - coefficient * dot, 0.0)
+        out["coefficient"] = finite(coefficient)
+        out["coefficient_noise"] = finite(math.sqrt(residual / sq_emul / (count - 1)))
+    return out
+
+
+def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
+    """The precision measurement of one trial.
+
+    `inputs` are the trial's pristine inputs, `expected` the reference's outputs (as the task
+    runs, at its own precision), `got` the candidate's. Raises `Unmeasured` with the reason
+    when it cannot be made; every other exception is the caller's to turn into one too.
+    """
+    floating = [j for j, e in enumerate(expected) if e.is_floating_point()]
+    if not floating:
+        raise Unmeasured("the task has no floating-point output")
+    started = time.perf_counter()
+    ref64 = run_float64(torch, model, inputs)
+    sync()
+    if len(ref64) != len(expected):
+        raise Unmeasured(f"the float64 reference returned {len(ref64)} outputs, the reference {len(expected)}")
+    outputs = []
+    for j in floating:
+        if not isinstance(ref64[j], torch.Tensor) or ref64[j].dtype != torch.float64:
+            kind = getattr(ref64[j], "dtype", type(ref64[j]).__name__)
+            raise Unmeasured(f"output {j} of the float64 reference is {kind}: the task fixes its dtype internally")
+        if ref64[j].shape != expected[j].shape:
+            raise Unmeasured(f"output {j} of the float64 reference has shape {list(ref64[j].shape)}")
+        (cand, own), count = error_stats(torch, ref64[j], [got[j], expected[j]])
+        if own["rel_rms"] is None or own["rel_rms"] > SAME_COMPUTATION:
+            raise Unmeasured(
+                f"output {j} of the reference differs from its float64 copy by {own['rel_rms']} "
+                "(relative RMS): they do not compute the same thing (random ops, or dtype-dependent code)"
+            )
+        outputs.append(
+            {
+                "index": j,
+                "dtype": common.dtype_name(expected[j].dtype),
+                "elements": count,
+                "candidate": cand,
+                "reference": own,
+                "emulations": [],
+            }
+        )
+    elapsed = time.perf_counter() - started
+    # Each operand rounding costs about one more float64 forward.
+    forwards = len(OPERAND_ROUNDINGS)
+    if elapsed * (1 + forwards) > budget_s:
+        raise Unmeasured(
+            f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
+            f"measurement would exceed its {budget_s:.0f} s budget"
+        )
+    for name, emulated in emulations(torch, model, inputs, ref64, sync):
+        for out in outputs:
+            j = out["index"]
+            (emul,), _ = error_stats(torch, ref64[j], [emulated[j]])
+            out["emulations"].append(
+                {
+                    "name": name,
+                    "rel_rms": emul["rel_rms"],
+                    "candidate": fingerprint(torch, ref64[j], got[j], emulated[j]),
+                    "reference": fingerprint(torch, ref64[j], expected[j], emulated[j]),
+                }
+            )
+    return outputs
+
+
+def round_output(torch, value, bits):
+    """A floating-point output rounded to `bits` mantissa bits (nearest even), in float64."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return value
+    return round_mantissa(torch, value, bits, "nearest").to(torch.float64)
+
+
+def emulations(torch, model, inputs, ref64, sync=lambda: None):
+    """Yields `(name, outputs)` for every emulation (one float64 forward per operand rounding);
+    a yielded list is valid until the next one is asked for."""
+    for name, bits in OUTPUT_ROUNDINGS:
+        yield name, [round_output(torch, r, bits) for r in ref64]
+    for name, bits, mode, with_output in OPERAND_ROUNDINGS:
+        outputs = run_float64(torch, model, inputs, bits, mode)
+        sync()
+        yield name, outputs
+        if with_output:
+            yield f"{name}+out", [round_output(torch, o, bits) for o in outputs]
+        del outputs
+
+
+@contextlib.contextmanager
+def matched(torch, cls, device):
+    """Runs the reference at a measured precision class, for the matched timing: `tf32` allows
+    TF32 in cuBLAS and cuDNN, `fp32` forbids it, `fp16`/`bf16` run under autocast; the backend
+    flags are restored afterwards. `None` changes nothing."""
+    if cls is None:
+        yield
+        return
+    if cls in ("fp16", "bf16"):
+        dtype = torch.float16 if cls == "fp16" else torch.bfloat16
+        with torch.autocast(device_type=torch.device(device).type, dtype=dtype):
+            yield
+        return
+    if cls not in ("fp32", "tf32"):
+        raise ValueError(f"unknown precision class {cls!r}")
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    allow = cls == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
