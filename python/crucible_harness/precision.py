@@ -137,7 +137,10 @@ def error_stats(torch, ref64, others):
     if norm_ref == 0.0:
         raise Unmeasured("the float64 reference output is all zeros; relative errors are undefined")
     rms_ref = norm_ref / math.sqrt(count)
-    stats = [{"rel_rms": finite(math.sqrt(s) / norm_ref), "max_norm": finite(w / rms_ref)} for s, w in zip(sq, worst)]
+    stats = [
+        {"rel_rms": finite(math.sqrt(s) / norm_ref), "max_norm": finite(w / rms_ref)}
+        for s, w in zip(sq, worst, strict=True)
+    ]
     return stats, count
 
 
