@@ -86,10 +86,8 @@ def test_an_honest_candidate_passes(ref, tmp_path):
     assert ran["aliased_outputs"] == []
     checked = ref.check({"trial": "trial_0"})
     assert checked["problems"] == []
-    assert checked["problems"] == []
     assert checked["mutated_inputs"] == []
     assert checked["changed_after_return"] == []
-    assert checked["precision_loss"] == []
     assert checked["outputs"][0]["mismatched"] == 0
 
 
@@ -136,15 +134,6 @@ def test_a_write_after_the_snapshot_is_detected(ref):
         sys.setprofile(None)
     assert checked["problems"] == []  # the snapshot was right
     assert checked["changed_after_return"] == [0]
-
-
-def test_passing_kb_tolerance_but_not_fp32_is_precision_loss(ref):
-    _desc, inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
-    slots[0].copy_(torch.relu(inputs[0]) + 1e-3)  # within 1e-2, beyond the strict 1e-4
-    checked = ref.check({"trial": "trial_0"})
-    assert checked["problems"] == []
-    assert [entry["index"] for entry in checked["precision_loss"]] == [0]
-    assert checked["precision_loss"][0]["max_abs"] == pytest.approx(1e-3, rel=1e-3)
 
 
 def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):

@@ -91,9 +91,9 @@ fn an_honest_masked_candidate_generalizes() {
         .find(|s| s.name == "generalize")
         .expect("stage");
     assert_eq!(stage.status, StageStatus::Ok);
-    // After the repeat, as the last stage on the CPU.
+    // After the repeat and the precision measurement, as the last stage on the CPU.
     let names: Vec<_> = result.stages.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names[names.len() - 2..], ["repeat", "generalize"]);
+    assert_eq!(names[names.len() - 3..], ["repeat", "precision", "generalize"]);
 }
 
 #[test]
