@@ -367,51 +367,12 @@ fn assemble(
     started: Instant,
 ) -> EvalResult {
     let cfg = eval.cfg;
-    let failure = match outcome {
-        Ok(()) => None,
-        Err(Stop::Candidate(failure)) => Some(failure),
-        Err(Stop::Infra(error)) => Some(Failure {
-            class: FailureClass::InfraError,
-            stage: eval
-                .stages
-                .last()
-                .map(|s| s.name.clone())
-                .unwrap_or_default(),
-            message: error.to_string(),
-        }),
-    };
-    let rejected = eval.findings.iter().any(|f| f.severity == Severity::Reject);
-    let verdict = match &failure {
-        Some(f) => f.class.verdict(),
-        None if rejected => Verdict::Rejected,
-        None => Verdict::Correct,
-    };
-    let failure = failure.or_else(|| {
-        rejected.then(|| Failure {
-            class: FailureClass::Rejected,
-            stage: "runtime-checks".into(),
-            message: eval
-                .findings
-                .iter()
-                .filter(|f| f.severity == Severity::Reject)
-                .map(|f| f.message.clone())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        })
-    });
+    let (verdict, failure) = verdict(&eval, outcome);
     let correct = verdict == Verdict::Correct;
     let (timing, profile) = (eval.timing, eval.profile);
-    let timing_skipped = match (&timing, cfg.is_gpu()) {
-        (Some(_), _) => None,
-        (None, false) => Some(
-            "no GPU: the candidate ran through Triton's interpreter on the CPU, which gives a \
-             correctness-only verdict"
-                .to_string(),
-        ),
-        (None, true) if cfg.timing.is_none() => Some("timing was turned off".to_string()),
-        (None, true) if correct && eval.timing_blocked.is_some() => eval.timing_blocked.clone(),
-        (None, true) => Some("timing runs only for correct candidates".to_string()),
-    };
+    let timing_skipped = timing
+        .is_none()
+        .then(|| why_untimed(cfg, correct, eval.timing_blocked.clone()));
     let speedup = timing
         .as_ref()
         .filter(|_| correct)
@@ -450,6 +411,53 @@ fn assemble(
         candidate,
         env: eval.env,
         wall_s: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// The verdict, and the failure behind it: how the last stage ended, else the reject findings.
+fn verdict(eval: &Evaluation<'_>, outcome: Result<(), Stop>) -> (Verdict, Option<Failure>) {
+    let failure = match outcome {
+        Ok(()) => None,
+        Err(Stop::Candidate(failure)) => Some(failure),
+        Err(Stop::Infra(error)) => Some(Failure {
+            class: FailureClass::InfraError,
+            stage: eval
+                .stages
+                .last()
+                .map(|s| s.name.clone())
+                .unwrap_or_default(),
+            message: error.to_string(),
+        }),
+    };
+    let rejects: Vec<&str> = eval
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Reject)
+        .map(|f| f.message.as_str())
+        .collect();
+    match failure {
+        Some(failure) => (failure.class.verdict(), Some(failure)),
+        None if rejects.is_empty() => (Verdict::Correct, None),
+        None => (
+            Verdict::Rejected,
+            Some(Failure {
+                class: FailureClass::Rejected,
+                stage: "runtime-checks".into(),
+                message: rejects.join("\n"),
+            }),
+        ),
+    }
+}
+
+/// Why a result carries no timing.
+fn why_untimed(cfg: &EvalConfig, correct: bool, blocked: Option<String>) -> String {
+    match blocked {
+        _ if !cfg.is_gpu() => "no GPU: the candidate ran through Triton's interpreter on the \
+                               CPU, which gives a correctness-only verdict"
+            .to_string(),
+        _ if cfg.timing.is_none() => "timing was turned off".to_string(),
+        Some(why) if correct => why,
+        _ => "timing runs only for correct candidates".to_string(),
     }
 }
 

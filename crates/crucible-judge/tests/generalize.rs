@@ -93,7 +93,10 @@ fn an_honest_masked_candidate_generalizes() {
     assert_eq!(stage.status, StageStatus::Ok);
     // After the repeat and the precision measurement, as the last stage on the CPU.
     let names: Vec<_> = result.stages.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names[names.len() - 3..], ["repeat", "precision", "generalize"]);
+    assert_eq!(
+        names[names.len() - 3..],
+        ["repeat", "precision", "generalize"]
+    );
 }
 
 #[test]
