@@ -626,7 +626,7 @@ mod tests {
 
     #[test]
     fn a_missing_field_is_an_error_not_a_default() {
-        let reply = serde_json::json!({"ok": true, "samples_ms": [1.0], "phase_s": 0.1});
+        let reply = serde_json::json!({"ok": true, "samples_ms": [1.0]});
         let err = parse_reply::<TimeReferenceReply, RefereeFailure>(reply)
             .err()
             .expect("a missing field");
