@@ -458,53 +458,14 @@ pub fn audit(
         home: home.path().to_path_buf(),
         process: None,
     };
-    let mut report = AuditReport {
-        schema: SCHEMA.to_string(),
-        suite: suite.display().to_string(),
-        device: cfg.device.to_string(),
-        tolerance: cfg.tolerance.name().to_string(),
-        trials: cfg.trials.max(1),
-        seeds: seeds.clone(),
-        nulls: NULLS.iter().map(|s| s.to_string()).collect(),
-        disguise: cfg.disguise,
-        tasks_total: tasks.len(),
-        tasks_done: 0,
-        stopped: None,
-        failure: None,
-        tasks: Vec::new(),
-        degenerate: Vec::new(),
-        disguise_missed: Vec::new(),
-        errors: Vec::new(),
-        env: Value::Null,
-        wall_s: 0.0,
-    };
+    let mut report = AuditReport::empty(suite, cfg, &seeds, tasks.len());
     for (index, task) in tasks.iter().enumerate() {
-        if cfg.limit.is_some_and(|limit| index >= limit) {
-            report.stopped = Some(format!("--limit {index} reached"));
-            break;
-        }
-        if let Some(budget) = cfg.time_budget.filter(|b| started.elapsed() >= *b) {
-            report.stopped = Some(format!(
-                "time budget of {:.0} s spent after {index} of {} tasks",
-                budget.as_secs_f64(),
-                tasks.len()
-            ));
+        if let Some(why) = stop_before(cfg, index, tasks.len(), started) {
+            report.stopped = Some(why);
             break;
         }
         let task_started = Instant::now();
-        let mut entry = TaskAudit {
-            task: task
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            path: task.display().to_string(),
-            size_profile: None,
-            outputs: Value::Null,
-            error: None,
-            nulls: Vec::new(),
-            disguise: None,
-            wall_s: 0.0,
-        };
+        let mut entry = TaskAudit::empty(task);
         match std::fs::read(task).and_then(|src| Ok((std::fs::canonicalize(task)?, src))) {
             Err(e) => entry.error = Some(format!("cannot read the task: {e}")),
             Ok((abs, src)) => {
@@ -527,21 +488,84 @@ pub fn audit(
         }
         entry.wall_s = task_started.elapsed().as_secs_f64();
         on_task(&entry);
-        if entry.error.is_some() {
-            report.errors.push(entry.task.clone());
-        }
-        if entry.is_degenerate() {
-            report.degenerate.push(entry.task.clone());
-        }
-        if entry.disguise_missed() {
-            report.disguise_missed.push(entry.task.clone());
-        }
-        report.tasks.push(entry);
-        report.tasks_done += 1;
+        report.add(entry);
     }
     auditor.shutdown();
     report.wall_s = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Why no more tasks start (`--limit` reached, time budget spent), if so.
+fn stop_before(cfg: &AuditConfig, index: usize, total: usize, started: Instant) -> Option<String> {
+    if cfg.limit.is_some_and(|limit| index >= limit) {
+        return Some(format!("--limit {index} reached"));
+    }
+    cfg.time_budget
+        .filter(|budget| started.elapsed() >= *budget)
+        .map(|budget| {
+            format!(
+                "time budget of {:.0} s spent after {index} of {total} tasks",
+                budget.as_secs_f64()
+            )
+        })
+}
+
+impl TaskAudit {
+    fn empty(task: &Path) -> TaskAudit {
+        TaskAudit {
+            task: task
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            path: task.display().to_string(),
+            size_profile: None,
+            outputs: Value::Null,
+            error: None,
+            nulls: Vec::new(),
+            disguise: None,
+            wall_s: 0.0,
+        }
+    }
+}
+
+impl AuditReport {
+    fn empty(suite: &Path, cfg: &AuditConfig, seeds: &Seeds, tasks_total: usize) -> AuditReport {
+        AuditReport {
+            schema: SCHEMA.to_string(),
+            suite: suite.display().to_string(),
+            device: cfg.device.to_string(),
+            tolerance: cfg.tolerance.name().to_string(),
+            trials: cfg.trials.max(1),
+            seeds: seeds.clone(),
+            nulls: NULLS.iter().map(|s| s.to_string()).collect(),
+            disguise: cfg.disguise,
+            tasks_total,
+            tasks_done: 0,
+            stopped: None,
+            failure: None,
+            tasks: Vec::new(),
+            degenerate: Vec::new(),
+            disguise_missed: Vec::new(),
+            errors: Vec::new(),
+            env: Value::Null,
+            wall_s: 0.0,
+        }
+    }
+
+    /// One audited task, and the lists it belongs on.
+    fn add(&mut self, entry: TaskAudit) {
+        if entry.error.is_some() {
+            self.errors.push(entry.task.clone());
+        }
+        if entry.is_degenerate() {
+            self.degenerate.push(entry.task.clone());
+        }
+        if entry.disguise_missed() {
+            self.disguise_missed.push(entry.task.clone());
+        }
+        self.tasks.push(entry);
+        self.tasks_done += 1;
+    }
 }
 
 #[cfg(test)]
