@@ -56,6 +56,28 @@ def relu_task(tmp_path):
     return write(tmp_path / "relu_task.py", RELU_TASK)
 
 
+def started_referee(torch, tmp_path, task, init_seed):
+    """A referee (in this process) that has loaded `task` on the CPU, sharing through `shm` in
+    `tmp_path/scratch`; its init reply is kept as `init_reply`."""
+    from crucible_harness import referee
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    ref = referee.Referee(torch, None)
+    ref.init_reply = ref.init(
+        {
+            "device": "cpu",
+            "transport": "shm",
+            "shared_dir": str(scratch),
+            "tolerance": TOLERANCE,
+            "profile": "auto",
+            "task_path": str(task),
+            "init_seed": init_seed,
+        }
+    )
+    return ref
+
+
 @pytest.fixture(autouse=True)
 def forget_loaded_modules():
     """`load_module` registers what it loads in sys.modules; each test starts without them."""

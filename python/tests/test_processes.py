@@ -9,9 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import PYTHON_DIR, TOLERANCE, write
-
-from crucible_harness import referee
+from conftest import PYTHON_DIR, started_referee, write
 
 
 class Process:
@@ -116,20 +114,8 @@ def test_a_device_that_cannot_be_used_is_reported_in_the_hello(started, module):
 def test_a_cuda_error_is_reported_before_the_process_leaves(started, tmp_path, relu_task):
     """A sticky CUDA error would abort the process when the next tensor is freed: the candidate
     sends its reply first and then leaves at once, without waiting for `exit`."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    ref = referee.Referee(torch, None)
-    init = ref.init(
-        {
-            "device": "cpu",
-            "transport": "shm",
-            "shared_dir": str(scratch),
-            "tolerance": TOLERANCE,
-            "profile": "auto",
-            "task_path": str(relu_task),
-            "init_seed": 1,
-        }
-    )
+    ref = started_referee(torch, tmp_path, relu_task, init_seed=1)
+    init = ref.init_reply
     path = write(
         tmp_path / "sticky.py",
         """

@@ -6,29 +6,14 @@ import sys
 
 import pytest
 import torch
-from conftest import TOLERANCE, write
+from conftest import started_referee, write
 
-from crucible_harness import candidate, common, referee
+from crucible_harness import candidate, common
 
 
 @pytest.fixture
 def ref(tmp_path, relu_task):
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    r = referee.Referee(torch, None)
-    reply = r.init(
-        {
-            "device": "cpu",
-            "transport": "shm",
-            "shared_dir": str(scratch),
-            "tolerance": TOLERANCE,
-            "profile": "auto",
-            "task_path": str(relu_task),
-            "init_seed": 11,
-        }
-    )
-    r.init_reply = reply
-    return r
+    return started_referee(torch, tmp_path, relu_task, init_seed=11)
 
 
 def shared(payload):
