@@ -138,7 +138,6 @@ class Candidate:
         self.kept = {}  # the checked timed iteration's output, for `time_deliver`
 
     def load(self, msg):
-        torch = self.torch
         self.device = msg["device"]
         self.path = msg["candidate_path"]
         try:
@@ -154,32 +153,31 @@ class Candidate:
                 "with the same constructor arguments as `Model`",
             }
         self.model_cls = model_cls  # the generalization trial builds a second one (`reload`)
-        init_inputs = common.b64_unpickle(msg["init_inputs"])
         try:
-            with common.device_context(torch, self.device):
-                common.seed_all(torch, msg["init_seed"])
-                self.model = model_cls(*init_inputs)
-                if isinstance(self.model, torch.nn.Module):
-                    self.model = self.model.to(self.device)
+            self.model = self.build(msg)
         except BaseException as exc:
             return failure(exc, "init", self.path)
         return {}
+
+    def build(self, msg):
+        """`ModelNew(*init_inputs)` on the device, seeded like the reference."""
+        torch = self.torch
+        init_inputs = common.b64_unpickle(msg["init_inputs"])
+        with common.device_context(torch, self.device):
+            common.seed_all(torch, msg["init_seed"])
+            model = self.model_cls(*init_inputs)
+            if isinstance(model, torch.nn.Module):
+                model = model.to(self.device)
+        return model
 
     def reload(self, msg):
         """A second `ModelNew`, from the perturbed init inputs of the generalization trial, in
         this same process: the module stays imported, so whatever it fixed at import (or cached
         in the first run) stays fixed. The first model is kept for timing."""
-        torch = self.torch
-        init_inputs = common.b64_unpickle(msg["init_inputs"])
         try:
-            with common.device_context(torch, self.device):
-                common.seed_all(torch, msg["init_seed"])
-                model = self.model_cls(*init_inputs)
-                if isinstance(model, torch.nn.Module):
-                    model = model.to(self.device)
+            self.generalized = self.build(msg)
         except BaseException as exc:
             return failure(exc, "init", self.path)
-        self.generalized = model
         return {}
 
     def run_generalized(self, msg):

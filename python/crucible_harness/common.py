@@ -16,7 +16,6 @@ import pickle
 import re
 import socket
 import sys
-import time
 
 from crucible_harness import protocol
 
@@ -287,17 +286,10 @@ def time_forward(torch, fn, args, warmup, iters, flush_bytes, device, on_output=
     return samples
 
 
-def now():
-    return time.perf_counter()
-
-
 # --- comparison ---------------------------------------------------------------------------------
 #
 # Used by the referee (the verdict) and the audit (null candidates), so that a null that passes
 # the audit would pass the judge.
-
-# The `strict` profile's fp32 tolerance (current KernelBench).
-STRICT_FP32 = 1e-4
 
 # Outputs larger than this are compared in slices: the comparison works in float64 with several
 # temporaries, and KernelBench level 1 has outputs of 1.6e9 elements.

@@ -42,16 +42,22 @@ class Referee:
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if not hasattr(self.module, name):
                 raise AttributeError(f"task file defines no `{name}`")
-        with common.device_context(torch, self.device):
-            init_inputs = list(self.module.get_init_inputs())
-            common.seed_all(torch, msg["init_seed"])
-            # No .eval(): KernelBench runs the reference in the module's default mode.
-            self.model = self.module.Model(*init_inputs).to(self.device)
+        init_inputs, self.model = self.build(self.module, msg["init_seed"])
         return {
             "env": common.env_info(torch, self.device),
             "init_inputs": common.b64_pickle(init_inputs),
             "profile": self.profile,
         }
+
+    def build(self, module, init_seed):
+        """The task's init inputs and its `Model` on the device, seeded."""
+        torch = self.torch
+        with common.device_context(torch, self.device):
+            init_inputs = list(module.get_init_inputs())
+            common.seed_all(torch, init_seed)
+            # No .eval(): KernelBench runs the reference in the module's default mode.
+            model = module.Model(*init_inputs).to(self.device)
+        return init_inputs, model
 
     def draw_inputs(self, seed):
         torch = self.torch
@@ -226,10 +232,7 @@ class Referee:
                     "get_init_inputs return the same shapes and values)",
                     "init_inputs": None,
                 }
-            with common.device_context(torch, self.device):
-                init_inputs = list(module.get_init_inputs())
-                common.seed_all(torch, msg["init_seed"])
-                model = module.Model(*init_inputs).to(self.device)
+            init_inputs, model = self.build(module, msg["init_seed"])
             common.seed_all(torch, msg["seed"])
             with common.device_context(torch, self.device):
                 inputs = list(module.get_inputs())

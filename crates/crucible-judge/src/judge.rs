@@ -451,11 +451,15 @@ fn verdict(eval: &Evaluation<'_>, outcome: Result<(), Stop>) -> (Verdict, Option
 
 /// Why a result carries no timing.
 fn why_untimed(cfg: &EvalConfig, correct: bool, blocked: Option<String>) -> String {
+    if !cfg.is_gpu() {
+        return "no GPU: the candidate ran through Triton's interpreter on the CPU, which gives a \
+                correctness-only verdict"
+            .to_string();
+    }
+    if cfg.timing.is_none() {
+        return "timing was turned off".to_string();
+    }
     match blocked {
-        _ if !cfg.is_gpu() => "no GPU: the candidate ran through Triton's interpreter on the \
-                               CPU, which gives a correctness-only verdict"
-            .to_string(),
-        _ if cfg.timing.is_none() => "timing was turned off".to_string(),
         Some(why) if correct => why,
         _ => "timing runs only for correct candidates".to_string(),
     }

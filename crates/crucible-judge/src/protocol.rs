@@ -32,7 +32,7 @@ pub(crate) struct Tolerances {
 }
 
 /// What the timing requests share (both sides time the same loop).
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TimedLoop {
     pub seed: u64,

@@ -91,7 +91,6 @@ pub(super) fn generalize_stage(
     referee: &mut HarnessProcess,
     candidate: &mut HarnessProcess,
     task_abs: &Path,
-    seeds: &Seeds,
 ) -> Result<bool, Stop> {
     let cfg = eval.cfg;
     if cfg.generalize == Generalize::Off {
@@ -120,7 +119,7 @@ pub(super) fn generalize_stage(
         trial: None,
         message: None,
     };
-    let outcome = attempt(eval, referee, candidate, task_abs, seeds, &plan)?;
+    let outcome = attempt(eval, referee, candidate, task_abs, &plan)?;
     let changed = describe_constants(&record.constants);
     let (status, diagnostics, usable) = match outcome {
         Outcome::Passed(trial) => {
@@ -182,10 +181,9 @@ fn attempt(
     referee: &mut HarnessProcess,
     candidate: &mut HarnessProcess,
     task_abs: &Path,
-    seeds: &Seeds,
     plan: &GeneralizePlanReply,
 ) -> Result<Outcome, Stop> {
-    let cfg = eval.cfg;
+    let (cfg, seeds) = (eval.cfg, &eval.seeds);
     if let Some(reason) = &plan.skip {
         return Ok(Outcome::Skipped {
             reason: reason.clone(),

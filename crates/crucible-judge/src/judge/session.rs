@@ -128,7 +128,6 @@ impl Session {
             &mut self.workers.referee,
             &mut self.workers.candidate,
             &self.task,
-            &eval.seeds.clone(),
         )?;
         let Some(timing_cfg) = eval.cfg.timing.clone().filter(|_| eval.cfg.is_gpu()) else {
             return Ok(());
@@ -336,7 +335,7 @@ impl Session {
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         eval.stage("timing", |_| {
             let request = RefereeRequest::TimeReference {
-                timed: timed.clone(),
+                timed,
                 precision: None,
             };
             let reference: TimeReferenceReply = referee_call(referee, &request, limit)?;
@@ -345,7 +344,7 @@ impl Session {
             let matched = match matched_class {
                 Some(class) => {
                     let request = RefereeRequest::TimeReference {
-                        timed: timed.clone(),
+                        timed,
                         precision: Some(class.as_str().to_string()),
                     };
                     let reply: TimeReferenceReply = referee_call(referee, &request, limit)?;
@@ -369,7 +368,7 @@ impl Session {
             candidate_call::<Done>(candidate, "timing", &open, limit)?;
             let time = CandidateRequest::Time {
                 stage: "timing".into(),
-                timed: timed.clone(),
+                timed,
                 // One timed iteration, unknown to the candidate until now, is checked.
                 check_iteration: fresh_seed() % u64::from(timed.iters.max(1)),
             };
