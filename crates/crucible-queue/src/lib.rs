@@ -30,7 +30,9 @@ pub use types::*;
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     /// The URL names no backend this crate knows.
-    #[error("unsupported queue URL `{0}`: expected sqlite:///path.db, sqlite://path.db or redis://host:port/db")]
+    #[error(
+        "unsupported queue URL `{0}`: expected sqlite:///path.db, sqlite://path.db or redis://host:port/db"
+    )]
     BadUrl(String),
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -287,12 +287,7 @@ fn release_followers(tx: &Transaction<'_>, leader: &str) -> Result<()> {
 }
 
 /// Followers mirror their leader's queued/running state.
-fn mirror_followers(
-    tx: &Transaction<'_>,
-    leader: &str,
-    state: TaskState,
-    now: f64,
-) -> Result<()> {
+fn mirror_followers(tx: &Transaction<'_>, leader: &str, state: TaskState, now: f64) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tasks SET state = ?2, started_at = ?3
          WHERE shared_with = ?1 AND state IN ('queued', 'running')",
@@ -304,7 +299,10 @@ fn mirror_followers(
 impl SqliteStore {
     /// Opens (creating it and its directory if needed) the database at `path`.
     pub fn open(path: &str, config: StoreConfig) -> Result<SqliteStore> {
-        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|source| QueueError::Io {
                 path: dir.display().to_string(),
                 source,
@@ -475,7 +473,11 @@ impl SqliteStore {
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO results(key, result, created_at) VALUES (?1, ?2, ?3)",
                 )?
-                .execute(params![cache_key(&lease.spec, &lease.versions), text, now])?;
+                .execute(params![
+                    cache_key(&lease.spec, &lease.versions),
+                    text,
+                    now
+                ])?;
             }
             if verdict_of(&result) == Some("infra_error") {
                 release_followers(tx, &row.id)?;
@@ -557,7 +559,9 @@ impl SqliteStore {
             let (requeued, exhausted) = self.reclaim_expired(tx, now)?;
             let timed_out = time_out_overdue(tx, now)?;
             let purged = tx
-                .prepare_cached("DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < ?1")?
+                .prepare_cached(
+                    "DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < ?1",
+                )?
                 .execute([cutoff])? as u64;
             tx.prepare_cached("DELETE FROM results WHERE created_at < ?1")?
                 .execute([cutoff])?;
@@ -588,8 +592,8 @@ impl SqliteStore {
     /// See [`crate::Store::workers`].
     pub fn workers(&self) -> Result<Vec<WorkerStatus>> {
         self.read(|conn| {
-            let mut statement = conn
-                .prepare_cached("SELECT info, last_seen, restarts FROM workers ORDER BY id")?;
+            let mut statement =
+                conn.prepare_cached("SELECT info, last_seen, restarts FROM workers ORDER BY id")?;
             let rows = statement
                 .query_map([], |r| {
                     let info: String = r.get(0)?;
@@ -728,7 +732,11 @@ fn pick_next(tx: &Transaction<'_>) -> Result<Option<i64>> {
              FROM c LEFT JOIN clients s ON s.client = c.client WHERE c.client IS NOT NULL",
         )?
         .query_map([priority], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let Some((client, _, _)) = clients
@@ -855,7 +863,7 @@ fn insert_task(
             return Ok(id);
         }
     }
-    if let Some((leader, state)) = find_leader(tx, &dedup, leaders)? {
+    if let Some((leader, state)) = find_leader(tx, &dedup, row.seq, leaders)? {
         tx.prepare_cached("UPDATE tasks SET shared_with = ?2, state = ?3 WHERE seq = ?1")?
             .execute(params![row.seq, leader, state.as_str()])?;
         return Ok(id);
@@ -869,6 +877,7 @@ fn insert_task(
 fn find_leader(
     tx: &Transaction<'_>,
     dedup: &str,
+    own_seq: i64,
     leaders: &HashMap<String, (String, TaskState)>,
 ) -> Result<Option<(String, TaskState)>> {
     if let Some(found) = leaders.get(dedup) {
@@ -877,9 +886,9 @@ fn find_leader(
     let found = tx
         .prepare_cached(
             "SELECT id, state FROM tasks WHERE dedup_key = ?1 AND shared_with IS NULL
-             AND state IN ('queued', 'running') ORDER BY seq LIMIT 1",
+             AND state IN ('queued', 'running') AND seq <> ?2 ORDER BY seq LIMIT 1",
         )?
-        .query_row([dedup], |r| {
+        .query_row(params![dedup, own_seq], |r| {
             let state: String = r.get(1)?;
             Ok((r.get::<_, String>(0)?, parse_state(&state)?))
         })
