@@ -15,6 +15,7 @@
 //! A [`Store`] is `Send + Sync`: share one behind an `Arc` and call it from blocking threads.
 
 mod content;
+mod redis_lua;
 mod redis_store;
 mod sqlite;
 mod types;

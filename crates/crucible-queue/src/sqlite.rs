@@ -897,31 +897,34 @@ fn find_leader(
 }
 
 fn state_counts(conn: &Connection, stats: &mut QueueStats) -> Result<()> {
-    let mut statement = conn.prepare_cached(
-        "SELECT state, priority, client, COUNT(*) FROM tasks GROUP BY state, priority, client",
-    )?;
+    let mut statement = conn.prepare_cached("SELECT state, COUNT(*) FROM tasks GROUP BY state")?;
     let rows = statement.query_map([], |r| {
         let state: String = r.get(0)?;
-        Ok((
-            parse_state(&state)?,
-            r.get::<_, i32>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, u64>(3)?,
-        ))
+        Ok((parse_state(&state)?, r.get::<_, u64>(1)?))
     })?;
     for row in rows {
-        let (state, priority, client, count) = row?;
+        let (state, count) = row?;
         match state {
-            TaskState::Queued => {
-                stats.queued += count;
-                *stats.queued_by_priority.entry(priority).or_default() += count;
-                *stats.queued_by_client.entry(client).or_default() += count;
-            }
+            TaskState::Queued => stats.queued += count,
             TaskState::Running => stats.running += count,
             TaskState::Done => stats.done += count,
             TaskState::Cancelled => stats.cancelled += count,
             TaskState::Timeout => stats.timeout += count,
         }
+    }
+    let mut statement = conn
+        .prepare_cached("SELECT priority, client, COUNT(*) FROM queue GROUP BY priority, client")?;
+    let rows = statement.query_map([], |r| {
+        Ok((
+            r.get::<_, i32>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, u64>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (priority, client, count) = row?;
+        *stats.queued_by_priority.entry(priority).or_default() += count;
+        *stats.queued_by_client.entry(client).or_default() += count;
     }
     Ok(())
 }
