@@ -55,6 +55,8 @@ pub enum QueueError {
 pub type Result<T, E = QueueError> = std::result::Result<T, E>;
 
 /// The queue and result store, on one of its backends.
+// One store per process, behind an Arc: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Store {
     Sqlite(SqliteStore),
     Redis(RedisStore),

@@ -742,12 +742,13 @@ impl RedisStore {
     /// See [`crate::Store::stats`].
     pub fn stats(&self) -> Result<QueueStats> {
         let mut con = self.con()?;
-        let (states, counters, restarts, prios): (
+        type Totals = (
             HashMap<String, i64>,
             HashMap<String, f64>,
             HashMap<String, u64>,
             Vec<i32>,
-        ) = redis::pipe()
+        );
+        let (states, counters, restarts, prios): Totals = redis::pipe()
             .hgetall(self.key("statecount"))
             .hgetall(self.key("counters"))
             .hgetall(self.key("restarts"))
