@@ -704,6 +704,129 @@ fn wait_terminal_returns_when_done(f: &Fixture) {
     finisher.join().unwrap();
 }
 
+/// Set in a child process started by the multi-process tests: what to do, on which store.
+const CHILD_ROLE: &str = "CRUCIBLE_QUEUE_TEST_ROLE";
+const CHILD_URL: &str = "CRUCIBLE_QUEUE_TEST_URL";
+const CHILD_OUT: &str = "CRUCIBLE_QUEUE_TEST_OUT";
+
+/// Starts this test binary again as a child running `child_entry` with a role.
+fn spawn_child(role: &str, url: &str, out: &Path) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "child_entry",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ROLE, role)
+        .env(CHILD_URL, url)
+        .env(CHILD_OUT, out)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start child test process")
+}
+
+/// The child side of the multi-process tests (run only by `spawn_child`).
+#[test]
+#[ignore = "entry point of the child processes that the multi-process tests start"]
+fn child_entry() {
+    let role = std::env::var(CHILD_ROLE).expect("started by spawn_child");
+    let store = Store::open(&std::env::var(CHILD_URL).unwrap()).unwrap();
+    let out = std::env::var(CHILD_OUT).unwrap();
+    let me = format!("pid{}", std::process::id());
+    match role.as_str() {
+        // Claims and completes until the queue is empty; writes the task ids it completed.
+        "drain" => {
+            // Start together: wait for the parent's `go` file next to our output.
+            let go = Path::new(&out).with_file_name("go");
+            while !go.exists() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut mine = Vec::new();
+            while let Some(lease) = claim(&store, &me) {
+                assert!(store.complete(&lease, result("correct", &[])).unwrap());
+                mine.push(lease.task_id);
+            }
+            std::fs::write(&out, mine.join("\n")).unwrap();
+        }
+        // Claims one task with a short lease, says which, and hangs until killed.
+        "claim_and_hang" => {
+            let lease = store
+                .claim(&worker(&me), Duration::from_millis(300))
+                .unwrap()
+                .unwrap();
+            std::fs::write(&out, &lease.task_id).unwrap();
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn two_processes_never_claim_the_same_task(f: &Fixture) {
+    const TASKS: usize = 300;
+    let store = f.open();
+    let specs: Vec<_> = (0..TASKS)
+        .map(|i| spec(&format!("t{i}"), &format!("c{}", i % 3), (i % 2) as i32))
+        .collect();
+    let ids: HashSet<String> = store.submit(None, specs).unwrap().into_iter().collect();
+    let dir = tempfile::tempdir().unwrap();
+    let outs: Vec<_> = (0..2).map(|i| dir.path().join(format!("out{i}"))).collect();
+    let children: Vec<_> = outs
+        .iter()
+        .map(|out| spawn_child("drain", &f.url(), out))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "child failed");
+    }
+    let mut all = Vec::new();
+    for out in &outs {
+        let text = std::fs::read_to_string(out).unwrap();
+        let mine: Vec<String> = text.lines().map(String::from).collect();
+        assert!(!mine.is_empty(), "both processes got work");
+        all.extend(mine);
+    }
+    assert_eq!(all.len(), TASKS, "every task completed once");
+    assert_eq!(
+        all.into_iter().collect::<HashSet<_>>(),
+        ids,
+        "no task twice"
+    );
+}
+
+fn killed_worker_process_task_completes_once(f: &Fixture) {
+    let store = f.open();
+    let ids = store.submit(None, vec![spec("t", "c", 0)]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("claimed");
+    let mut child = spawn_child("claim_and_hang", &f.url(), &out);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&out).map_or(true, |t| t.is_empty()) {
+        assert!(Instant::now() < give_up, "child never claimed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), ids[0]);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        claim(&store, "survivor").is_none(),
+        "the dead worker's lease still holds"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(store.sweep(now_unix()).unwrap().requeued, 1);
+    let lease = claim(&store, "survivor").expect("re-delivered");
+    assert_eq!(
+        (lease.task_id.as_str(), lease.attempt),
+        (ids[0].as_str(), 2)
+    );
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    assert!(claim(&store, "survivor").is_none());
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.done, stats.evaluations_completed), (1, 1));
+}
+
 fn bad_urls_are_refused() {
     for url in ["postgres://x", "sqlite://", "queue.db"] {
         assert!(
@@ -761,4 +884,6 @@ suite!(
     workers_heartbeats_and_restarts,
     stage_latencies_and_verdicts,
     wait_terminal_returns_when_done,
+    two_processes_never_claim_the_same_task,
+    killed_worker_process_task_completes_once,
 );
