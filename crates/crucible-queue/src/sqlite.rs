@@ -80,9 +80,26 @@ const RECLAIM_EVERY_S: f64 = 1.0;
 
 /// The SQLite backend (see the module docs). Open it through [`crate::Store::open`].
 pub struct SqliteStore {
+    /// Every write goes through this one (SQLite admits one writer at a time anyway).
     conn: Mutex<Connection>,
+    /// Reads use their own connection: in WAL mode they need not wait for a write (a 10k-task
+    /// submit, say) in this process.
+    reader: Mutex<Connection>,
     config: StoreConfig,
     last_reclaim: Mutex<f64>,
+}
+
+/// One connection to the database file, set up for sharing it with other processes.
+fn connect(path: &str) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    // Several processes share the file: wait for a writer rather than fail at once.
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // WAL + NORMAL: a committed transaction survives a process crash (kill -9); only an OS
+    // crash or power loss can lose the last transactions.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
 }
 
 /// The columns of a task that the state machine needs.
@@ -308,17 +325,12 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let conn = Connection::open(path)?;
-        // Several processes share the file: wait for a writer rather than fail at once.
-        conn.busy_timeout(Duration::from_secs(30))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        // WAL + NORMAL: a committed transaction survives a process crash (kill -9); only an OS
-        // crash or power loss can lose the last transactions.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let conn = connect(path)?;
         conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))?;
-        conn.set_prepared_statement_cache_capacity(64);
+        let reader = connect(path)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
             config,
             last_reclaim: Mutex::new(0.0),
         })
@@ -336,13 +348,16 @@ impl SqliteStore {
         Ok(value)
     }
 
-    /// Runs read-only `work` on the connection.
+    /// Runs read-only `work` in one read transaction (one consistent snapshot).
     fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self
-            .conn
+        let mut conn = self
+            .reader
             .lock()
             .map_err(|_| QueueError::Corrupt("a thread panicked holding the connection".into()))?;
-        work(&conn)
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let value = work(&tx)?;
+        tx.finish()?;
+        Ok(value)
     }
 
     fn live_versions(&self, tx: &Transaction<'_>, now: f64) -> Result<Vec<String>> {
