@@ -112,6 +112,12 @@ impl Store {
         dispatch!(self, s => s.task(id))
     }
 
+    /// Several tasks in one round trip (one snapshot on SQLite, one pipeline on Redis), in the
+    /// order asked; unknown ids are left out.
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        dispatch!(self, s => s.tasks(ids))
+    }
+
     /// The tasks of a batch, in submission order.
     pub fn batch(&self, id: &str) -> Result<Vec<TaskRecord>> {
         dispatch!(self, s => s.batch(id))
@@ -183,10 +189,7 @@ impl Store {
         let give_up = std::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(5);
         loop {
-            let records = ids
-                .iter()
-                .filter_map(|id| self.task(id).transpose())
-                .collect::<Result<Vec<_>>>()?;
+            let records = self.tasks(ids)?;
             let all_done = records.iter().all(|r| r.state.is_terminal());
             if all_done || std::time::Instant::now() >= give_up {
                 return Ok(records);

@@ -202,7 +202,6 @@ impl RedisStore {
         let mut con = self.con()?;
         let versions = self.live_versions(&mut con, now)?;
         let ids: Vec<TaskId> = specs.iter().map(|_| new_id()).collect();
-        self.scripts.submit.load(&mut *con)?;
         let mut pipe = redis::pipe();
         for (chunk_specs, chunk_ids) in specs.chunks(SUBMIT_CHUNK).zip(ids.chunks(SUBMIT_CHUNK)) {
             let call = pipe
@@ -238,7 +237,14 @@ impl RedisStore {
             }
             call.ignore();
         }
-        pipe.query::<()>(&mut *con)?;
+        match pipe.query::<()>(&mut *con) {
+            // A fresh (or restarted) server has no scripts cached: then no call ran.
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                self.scripts.submit.load(&mut *con)?;
+                pipe.query::<()>(&mut *con)?;
+            }
+            other => other?,
+        }
         Ok(ids)
     }
 
@@ -261,6 +267,12 @@ impl RedisStore {
     pub fn task(&self, id: &str) -> Result<Option<TaskRecord>> {
         let mut con = self.con()?;
         Ok(self.records(&mut con, &[id.to_string()])?.pop())
+    }
+
+    /// See [`crate::Store::tasks`].
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        let mut con = self.con()?;
+        self.records(&mut con, ids)
     }
 
     /// See [`crate::Store::batch`].

@@ -393,6 +393,19 @@ impl SqliteStore {
         })
     }
 
+    /// See [`crate::Store::tasks`].
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        self.read(|conn| {
+            let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
+            let mut statement = conn.prepare_cached(&sql)?;
+            let mut records = Vec::with_capacity(ids.len());
+            for id in ids {
+                records.extend(statement.query_row([id], record_from_row).optional()?);
+            }
+            Ok(records)
+        })
+    }
+
     /// See [`crate::Store::batch`].
     pub fn batch(&self, id: &str) -> Result<Vec<TaskRecord>> {
         self.read(|conn| {

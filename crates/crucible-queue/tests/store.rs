@@ -201,6 +201,13 @@ fn submit_claim_complete(f: &Fixture) {
     assert!(done.finished_at.is_some() && done.started_at.is_some());
     assert_eq!(store.batch("b1").unwrap().len(), 1);
     assert!(store.task("no-such-task").unwrap().is_none());
+    let both = store
+        .tasks(&[ids[0].clone(), "no-such-task".into(), ids[0].clone()])
+        .unwrap();
+    assert_eq!(both.len(), 2, "unknown ids are left out");
+    assert!(store.batch("no-such-batch").unwrap().is_empty());
+    assert!(store.tasks(&[]).unwrap().is_empty());
+    assert!(both.iter().all(|r| r.id == ids[0]));
     assert!(
         !store.renew(&lease, LEASE).unwrap(),
         "a finished task's lease is stale"
