@@ -1,6 +1,7 @@
 //! Store throughput with 100k queued tasks, on both backends: batch submits/s, single-task
 //! submit latency (p50/p99), and claim+complete/s with the queue full against the same with a
-//! small queue (so "no slowdown at 100k" is measured, not assumed). Redis runs on a
+//! small queue (so "no slowdown at 100k" is measured, not assumed), and one `stats()` call (what
+//! `/metrics` costs) at 100k. Redis runs on a
 //! redis-server this benchmark starts on a free loopback port (skipped when absent).
 //!
 //! Run: `cargo bench -p crucible-queue --bench queue` (or `--profile device` for a quicker build).
@@ -90,12 +91,14 @@ fn run(name: &str, open: impl Fn() -> Store) {
     let submit_rate = batch_submits(&store);
     let (single_rate, p50, p99) = single_submits(&store);
     let full = claim_complete(&store);
+    let timed = Instant::now();
     let stats = store.stats().expect("stats");
+    let stats_ms = timed.elapsed().as_secs_f64() * 1e3;
     let small = open_small(&open);
     println!(
         "{name:6}: batch submit {submit_rate:8.0} tasks/s | single submit {single_rate:6.0}/s \
          p50 {:.2} ms p99 {:.2} ms | claim+complete {full:6.0}/s with {} queued, {small:6.0}/s \
-         with {} queued",
+         with {} queued | stats() {stats_ms:.1} ms",
         p50.as_secs_f64() * 1e3,
         p99.as_secs_f64() * 1e3,
         stats.queued + CLAIMS as u64,

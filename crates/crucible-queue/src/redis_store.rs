@@ -810,3 +810,36 @@ fn autoclaim_entries(reply: &Value) -> (Option<String>, Vec<(String, String)>) {
     }
     (next, entries)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn xautoclaim_replies_give_cursor_entries_and_task_ids() {
+        // Redis 7: [next cursor, [[entry id, [field, value, ...]], ...], [deleted ids]].
+        let reply = Value::Array(vec![
+            bulk("1700000000000-5"),
+            Value::Array(vec![
+                Value::Array(vec![
+                    bulk("1700000000000-1"),
+                    Value::Array(vec![bulk("id"), bulk("task-a")]),
+                ]),
+                // An entry deleted meanwhile comes back as nil fields: skipped.
+                Value::Array(vec![bulk("1700000000000-2"), Value::Nil]),
+            ]),
+            Value::Array(vec![]),
+        ]);
+        let (next, entries) = autoclaim_entries(&reply);
+        assert_eq!(next.as_deref(), Some("1700000000000-5"));
+        assert_eq!(
+            entries,
+            vec![("1700000000000-1".to_string(), "task-a".to_string())]
+        );
+        assert_eq!(autoclaim_entries(&Value::Nil), (None, Vec::new()));
+    }
+}
