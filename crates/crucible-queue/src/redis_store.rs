@@ -23,6 +23,8 @@ const SUBMIT_CHUNK: usize = 500;
 const RECLAIM_EVERY_S: f64 = 1.0;
 /// Pending entries idle this long are checked for orphans (their task no longer runs on them).
 const ORPHAN_IDLE_MS: u64 = 10 * 60 * 1000;
+/// How often (seconds) `sweep` looks for orphans.
+const ORPHAN_CHECK_EVERY_S: f64 = 60.0;
 
 /// The fields `TaskRecord` is read from, in this order.
 const RECORD_FIELDS: [&str; 16] = [
@@ -52,6 +54,8 @@ pub struct RedisStore {
     scripts: Scripts,
     config: StoreConfig,
     last_reclaim: Mutex<f64>,
+    /// When this handle last looked for orphaned pending entries (one XAUTOCLAIM per stream).
+    last_orphan_check: Mutex<f64>,
 }
 
 /// A pooled connection, returned to the pool when dropped.
@@ -140,6 +144,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             config,
             last_reclaim: Mutex::new(0.0),
+            last_orphan_check: Mutex::new(0.0),
         };
         // Fail at open, not at the first request, when the server is unreachable.
         let mut con = store.con()?;
@@ -558,6 +563,19 @@ impl RedisStore {
         Ok((requeued, exhausted))
     }
 
+    /// Whether a minute has passed since this handle last looked for orphans.
+    fn orphan_check_due(&self, now: f64) -> Result<bool> {
+        let mut last = self
+            .last_orphan_check
+            .lock()
+            .map_err(|_| QueueError::Corrupt("orphan clock poisoned".into()))?;
+        if now - *last < ORPHAN_CHECK_EVERY_S {
+            return Ok(false);
+        }
+        *last = now;
+        Ok(true)
+    }
+
     /// XAUTOCLAIMs pending entries idle past `ORPHAN_IDLE_MS` in every stream and drops those
     /// whose task no longer runs under them, so pending lists cannot grow without bound.
     fn drop_orphans(&self, con: &mut Connection) -> Result<()> {
@@ -602,7 +620,9 @@ impl RedisStore {
         let cutoff = now - self.config.retention.as_secs_f64();
         let purged = self.purge_finished(&mut con, cutoff)?;
         self.purge_cached(&mut con, cutoff)?;
-        self.drop_orphans(&mut con)?;
+        if self.orphan_check_due(now)? {
+            self.drop_orphans(&mut con)?;
+        }
         Ok(SweepReport {
             requeued,
             exhausted,

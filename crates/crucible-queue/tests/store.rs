@@ -329,15 +329,16 @@ fn cancel(f: &Fixture) {
 
 fn deadline_gives_timeout_result(f: &Fixture) {
     let store = f.open();
+    // Deadlines long enough that a loaded machine still claims before them.
     let mut queued = spec("queued", "c", 0);
-    queued.deadline_s = Some(0.05);
+    queued.deadline_s = Some(0.3);
     let mut running = spec("running", "c", 1);
-    running.deadline_s = Some(0.05);
+    running.deadline_s = Some(0.3);
     let ids = store.submit(None, vec![queued, running]).unwrap();
     let lease = claim(&store, "w").unwrap();
     assert_eq!(lease.task_id, ids[1]);
     assert!(lease.deadline_at.is_some());
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(350));
     let report = store.sweep(now_unix()).unwrap();
     assert_eq!(report.timed_out, 2, "{report:?}");
     for id in &ids {
@@ -715,6 +716,8 @@ fn wait_terminal_returns_when_done(f: &Fixture) {
 const CHILD_ROLE: &str = "CRUCIBLE_QUEUE_TEST_ROLE";
 const CHILD_URL: &str = "CRUCIBLE_QUEUE_TEST_URL";
 const CHILD_OUT: &str = "CRUCIBLE_QUEUE_TEST_OUT";
+/// The lease of the child that is killed: long enough that the parent sees it still held.
+const CHILD_LEASE: Duration = Duration::from_millis(1500);
 
 /// Starts this test binary again as a child running `child_entry` with a role.
 fn spawn_child(role: &str, url: &str, out: &Path) -> Child {
@@ -759,10 +762,7 @@ fn child_entry() {
         }
         // Claims one task with a short lease, says which, and hangs until killed.
         "claim_and_hang" => {
-            let lease = store
-                .claim(&worker(&me), Duration::from_millis(300))
-                .unwrap()
-                .unwrap();
+            let lease = store.claim(&worker(&me), CHILD_LEASE).unwrap().unwrap();
             std::fs::write(&out, &lease.task_id).unwrap();
             std::thread::sleep(Duration::from_secs(600));
         }
@@ -821,7 +821,7 @@ fn killed_worker_process_task_completes_once(f: &Fixture) {
         claim(&store, "survivor").is_none(),
         "the dead worker's lease still holds"
     );
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(CHILD_LEASE);
     assert_eq!(store.sweep(now_unix()).unwrap().requeued, 1);
     let lease = claim(&store, "survivor").expect("re-delivered");
     assert_eq!(
