@@ -2,6 +2,7 @@
 //! `redis-server` started per test on a free port (skipped, with a message, when absent).
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -25,7 +26,11 @@ struct RedisServer {
 impl RedisServer {
     fn start() -> Option<RedisServer> {
         if !Path::new(REDIS_SERVER).exists() {
-            eprintln!("SKIPPED: {REDIS_SERVER} is absent, the Redis backend is not tested");
+            // Straight to stderr, not through the test harness's capture: a skip must show.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {REDIS_SERVER} is absent, the Redis backend is not tested"
+            );
             return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");
