@@ -655,6 +655,77 @@ fn concurrent_claimers_never_share_a_task(f: &Fixture) {
     assert_eq!(store.stats().unwrap().done, TASKS as u64);
 }
 
+/// Workers that die (drop their lease) now and then, while a sweeper re-queues expired leases:
+/// every task still ends with exactly one accepted `complete`.
+fn exactly_once_under_dying_workers(f: &Fixture) {
+    const TASKS: usize = 120;
+    let config = StoreConfig {
+        max_attempts: 1000,
+        ..StoreConfig::default()
+    };
+    let store = f.open_with(config.clone());
+    let specs: Vec<_> = (0..TASKS).map(|i| spec(&format!("t{i}"), "c", 0)).collect();
+    let ids = store.submit(None, specs).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let store = f.open_with(config.clone());
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                store.sweep(now_unix()).unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let store = f.open_with(config.clone());
+            let ids = ids.clone();
+            std::thread::spawn(move || {
+                let mut accepted = Vec::new();
+                let mut turn = 0usize;
+                loop {
+                    let Some(lease) = store
+                        .claim(&worker(&format!("w{w}")), Duration::from_millis(40))
+                        .unwrap()
+                    else {
+                        let records = store.tasks(&ids).unwrap();
+                        if records.iter().all(|r| r.state.is_terminal()) {
+                            return accepted;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    turn += 1;
+                    if turn % 4 == w {
+                        continue; // dies: never completes, never renews
+                    }
+                    if store.complete(&lease, result("correct", &[])).unwrap() {
+                        accepted.push(lease.task_id);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    for worker in workers {
+        accepted.extend(worker.join().expect("worker thread"));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sweeper.join().expect("sweeper thread");
+    assert_eq!(accepted.len(), TASKS, "one accepted complete per task");
+    assert_eq!(accepted.iter().collect::<HashSet<_>>().len(), TASKS);
+    let stats = store.stats().unwrap();
+    assert_eq!(
+        (stats.done, stats.evaluations_completed),
+        (TASKS as u64, TASKS as u64)
+    );
+    assert!(
+        store.tasks(&ids).unwrap().iter().any(|r| r.attempts > 1),
+        "some task was re-delivered (the test exercised expiry)"
+    );
+}
+
 fn workers_heartbeats_and_restarts(f: &Fixture) {
     let store = f.open();
     let mut w = worker("host:cuda:0");
@@ -898,4 +969,5 @@ suite!(
     wait_terminal_returns_when_done,
     two_processes_never_claim_the_same_task,
     killed_worker_process_task_completes_once,
+    exactly_once_under_dying_workers,
 );
