@@ -19,6 +19,9 @@ use crate::{QueueError, Result, new_id, now_unix};
 /// Tasks per submit script call: big enough to amortize the call, small enough that one call
 /// never holds Redis for long.
 const SUBMIT_CHUNK: usize = 500;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for one reply (a 10k-task submit pipeline takes about a second).
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often (seconds) `claim` itself looks for expired leases.
 const RECLAIM_EVERY_S: f64 = 1.0;
 /// Pending entries idle this long are checked for orphans (their task no longer runs on them).
@@ -157,7 +160,13 @@ impl RedisStore {
         let idle = self.pool.lock().ok().and_then(|mut pool| pool.pop());
         let con = match idle {
             Some(con) => con,
-            None => self.client.get_connection()?,
+            None => {
+                // A Redis that went away must fail the call, not hang the caller's thread.
+                let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+                con.set_read_timeout(Some(IO_TIMEOUT))?;
+                con.set_write_timeout(Some(IO_TIMEOUT))?;
+                con
+            }
         };
         Ok(Pooled {
             store: self,

@@ -925,6 +925,14 @@ fn unknown_urls() {
 }
 
 #[test]
+fn unreachable_redis_fails_at_open() {
+    let url = format!("redis://127.0.0.1:{}/0", free_port());
+    let started = Instant::now();
+    assert!(matches!(Store::open(&url), Err(QueueError::Redis(_))));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
 fn redis_restart() {
     redis_server_restart_loses_nothing();
 }
