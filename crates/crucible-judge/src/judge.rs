@@ -6,6 +6,7 @@
 //! referee compares outputs, and this module does the arithmetic.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crucible_result::{
@@ -23,9 +24,13 @@ use crate::sandbox::Sandbox;
 
 mod calls;
 mod generalize;
+mod hooks;
 mod record;
 mod session;
 pub use generalize::{Generalize, SHAPE_SPECIALIZED};
+pub use hooks::{
+    ReferenceKey, ReferenceTiming, ReferenceTimingCache, TimedPhaseGate, TimedPhaseGuard,
+};
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
 /// defined there are the candidate's own.
@@ -154,6 +159,10 @@ pub struct EvalConfig {
     pub verify_policy: Option<crucible_verify::Policy>,
     /// The generalization trial at perturbed task sizes (a `shape-specialized` flag).
     pub generalize: Generalize,
+    /// Held around the timed phases (exclusive use of the GPU); `None`: nothing to wait for.
+    pub timed_phases: Option<Arc<dyn TimedPhaseGate>>,
+    /// Reference timings shared between evaluations; `None`: the reference is timed every time.
+    pub reference_timings: Option<Arc<dyn ReferenceTimingCache>>,
 }
 
 impl EvalConfig {
@@ -171,7 +180,14 @@ impl EvalConfig {
             inputs_on_host: false,
             verify_policy: Some(crucible_verify::Policy::default()),
             generalize: Generalize::Auto,
+            timed_phases: None,
+            reference_timings: None,
         }
+    }
+
+    /// Whether this configuration times (and profiles) correct candidates.
+    pub fn times(&self) -> bool {
+        self.is_gpu() && self.timing.is_some()
     }
 
     fn is_gpu(&self) -> bool {
@@ -256,6 +272,8 @@ struct Evaluation<'a> {
     launches: Vec<Launch>,
     env: crucible_result::Env,
     size_profile: String,
+    /// The task file's sha256 (a reference timing's cache key).
+    task_sha256: String,
     generalization: Option<crucible_result::Generalization>,
     /// Why timing could not run although the candidate is correct.
     timing_blocked: Option<String>,
@@ -329,29 +347,62 @@ pub fn evaluate_with(
     prestarted: Option<Workers>,
 ) -> EvalResult {
     let started = Instant::now();
-    let mut eval = Evaluation {
-        runtime,
-        cfg,
-        seeds: derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1)),
-        stages: Vec::new(),
-        findings: Vec::new(),
-        trials: Vec::new(),
-        launches: Vec::new(),
-        env: crucible_result::Env {
-            device: cfg.device.to_string(),
-            crucible: env!("CARGO_PKG_VERSION").to_string(),
-            triton_interpret: !cfg.is_gpu(),
-            ..Default::default()
-        },
-        size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
-        generalization: None,
-        timing_blocked: None,
-        timing: None,
-        profile: None,
-        precision: None,
-    };
+    let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
     let outcome = verify_stage(&mut eval, candidate_src)
         .and_then(|()| session::run(&mut eval, prestarted, task_path, candidate_src));
+    let files = (
+        file_ref(task_path, task_src),
+        file_ref(candidate_path, candidate_src),
+    );
+    assemble(eval, outcome, files, started)
+}
+
+impl<'a> Evaluation<'a> {
+    /// Nothing found yet.
+    fn new(
+        runtime: &'a Runtime,
+        cfg: &'a EvalConfig,
+        task_path: &Path,
+        task_src: &[u8],
+    ) -> Evaluation<'a> {
+        Evaluation {
+            runtime,
+            cfg,
+            seeds: derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1)),
+            stages: Vec::new(),
+            findings: Vec::new(),
+            trials: Vec::new(),
+            launches: Vec::new(),
+            env: crucible_result::Env {
+                device: cfg.device.to_string(),
+                crucible: env!("CARGO_PKG_VERSION").to_string(),
+                triton_interpret: !cfg.is_gpu(),
+                ..Default::default()
+            },
+            size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
+            task_sha256: file_ref(task_path, task_src).sha256,
+            generalization: None,
+            timing_blocked: None,
+            timing: None,
+            profile: None,
+            precision: None,
+        }
+    }
+}
+
+/// The result of an evaluation its caller could not set up (`stage` names what failed):
+/// `infra_error`, never charged to the candidate.
+pub fn infra_error_result(
+    runtime: &Runtime,
+    (task_path, task_src): (&Path, &[u8]),
+    (candidate_path, candidate_src): (&Path, &[u8]),
+    cfg: &EvalConfig,
+    stage: &str,
+    error: InfraError,
+) -> EvalResult {
+    let started = Instant::now();
+    let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
+    let outcome = eval.stage(stage, |_| Err::<(), _>(Stop::Infra(error)));
     let files = (
         file_ref(task_path, task_src),
         file_ref(candidate_path, candidate_src),
@@ -565,7 +616,12 @@ impl Workers {
             .map(Sandbox::missing_features)
             .unwrap_or_default();
         let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
-        let candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
+        let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
+        if cfg.times() {
+            // CUPTI's start-up (~4 s on an H200) is paid here, before the hello, so a process
+            // started ahead of its evaluation has it behind it when the profile stage comes.
+            candidate_env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
+        }
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
@@ -598,6 +654,16 @@ impl Workers {
             device: cfg.device,
             _referee_dir: referee_dir,
         })
+    }
+
+    /// The candidate process's pid (as the judge sees it, outside its PID namespace).
+    pub fn candidate_pid(&self) -> u32 {
+        self.candidate.pid()
+    }
+
+    /// Whether both processes are still running (a pooled pair may have died while it waited).
+    pub fn alive(&mut self) -> bool {
+        self.referee.running() && self.candidate.running()
     }
 
     /// Waits for both hellos. Failures before the candidate file is even loaded are the judge's.
