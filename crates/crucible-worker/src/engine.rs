@@ -210,8 +210,8 @@ impl Engine {
     /// What a result by this engine depends on besides the task, candidate and options: the
     /// crucible version, the harness files' hash, the GPU model, torch, triton, CUDA, driver,
     /// Python. Part of the result cache's key.
-    pub fn versions(&self) -> &str {
-        &self.versions
+    pub fn versions(&self) -> String {
+        self.versions.clone()
     }
 
     pub fn device(&self) -> Device {
