@@ -576,8 +576,22 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Spawns both processes and returns without waiting for them to be ready.
+    /// Spawns both processes ahead of their evaluation and returns without waiting for them to
+    /// be ready. When correct candidates will be timed on a GPU, the candidate process also
+    /// starts the profiler once before its hello (CUPTI's start-up, ~4 s on an H200), which a
+    /// prestarted process pays off the critical path.
     pub fn start(runtime: &Runtime, cfg: &EvalConfig) -> Result<Workers, InfraError> {
+        Workers::spawn(runtime, cfg, cfg.times())
+    }
+
+    /// Spawns both processes; `warm_profiler` as in [`Workers::start`]. An evaluation that
+    /// starts its own processes does not warm it: most candidates are never profiled, and they
+    /// would wait for it.
+    pub(crate) fn spawn(
+        runtime: &Runtime,
+        cfg: &EvalConfig,
+        warm_profiler: bool,
+    ) -> Result<Workers, InfraError> {
         let io = InfraError::io;
         // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
         let scratch_parent = Some(Path::new("/dev/shm"))
@@ -617,9 +631,7 @@ impl Workers {
             .unwrap_or_default();
         let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
         let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
-        if cfg.times() {
-            // CUPTI's start-up (~4 s on an H200) is paid here, before the hello, so a process
-            // started ahead of its evaluation has it behind it when the profile stage comes.
+        if warm_profiler {
             candidate_env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
         }
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {

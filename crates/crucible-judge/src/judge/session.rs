@@ -87,7 +87,7 @@ impl Session {
         let workers = eval.stage("start", |_| {
             let mut workers = match prestarted {
                 Some(workers) => workers,
-                None => Workers::start(runtime, cfg).map_err(Stop::Infra)?,
+                None => Workers::spawn(runtime, cfg, false).map_err(Stop::Infra)?,
             };
             workers.ready(cfg.limits.start)?;
             Ok(workers)
