@@ -29,7 +29,7 @@ mod record;
 mod session;
 pub use generalize::{Generalize, SHAPE_SPECIALIZED};
 pub use hooks::{
-    ReferenceKey, ReferenceTiming, ReferenceTimingCache, TimedPhaseGate, TimedPhaseGuard,
+    ReferenceKey, ReferenceTiming, ReferenceTimingCache, Teardown, TimedPhaseGate, TimedPhaseGuard,
 };
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
@@ -163,6 +163,9 @@ pub struct EvalConfig {
     pub timed_phases: Option<Arc<dyn TimedPhaseGate>>,
     /// Reference timings shared between evaluations; `None`: the reference is timed every time.
     pub reference_timings: Option<Arc<dyn ReferenceTimingCache>>,
+    /// Takes the killed processes (to reap them and remove their scratch off the critical
+    /// path); `None`: the evaluation waits for that itself.
+    pub teardown: Option<Arc<dyn Teardown>>,
 }
 
 impl EvalConfig {
@@ -182,6 +185,7 @@ impl EvalConfig {
             generalize: Generalize::Auto,
             timed_phases: None,
             reference_timings: None,
+            teardown: None,
         }
     }
 
@@ -346,10 +350,22 @@ pub fn evaluate_with(
     cfg: &EvalConfig,
     prestarted: Option<Workers>,
 ) -> EvalResult {
+    let files = ((task_path, task_src), (candidate_path, candidate_src));
+    evaluate_taking(runtime, files, cfg, move || prestarted)
+}
+
+/// [`evaluate`], on processes from `take` (prestarted ones, or `None` to start them here),
+/// asked for only once the static verifier has passed: a rejected candidate uses none up.
+pub fn evaluate_taking(
+    runtime: &Runtime,
+    ((task_path, task_src), (candidate_path, candidate_src)): ((&Path, &[u8]), (&Path, &[u8])),
+    cfg: &EvalConfig,
+    take: impl FnOnce() -> Option<Workers>,
+) -> EvalResult {
     let started = Instant::now();
     let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
     let outcome = verify_stage(&mut eval, candidate_src)
-        .and_then(|()| session::run(&mut eval, prestarted, task_path, candidate_src));
+        .and_then(|()| session::run(&mut eval, take(), task_path, candidate_src));
     let files = (
         file_ref(task_path, task_src),
         file_ref(candidate_path, candidate_src),
@@ -666,6 +682,13 @@ impl Workers {
             device: cfg.device,
             _referee_dir: referee_dir,
         })
+    }
+
+    /// Sends both process groups `SIGKILL` without waiting for them to go: nothing they run
+    /// gets another instruction, and reaping them can happen elsewhere.
+    pub(crate) fn kill_now(&self) {
+        self.candidate.kill_group();
+        self.referee.kill_group();
     }
 
     /// The candidate process's pid (as the judge sees it, outside its PID namespace).

@@ -23,8 +23,8 @@ pub use device::{Device, DeviceError};
 pub use error::InfraError;
 pub use judge::{
     EvalConfig, Generalize, ReferenceKey, ReferenceTiming, ReferenceTimingCache, StageLimits,
-    TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile, Transport, Workers, evaluate,
-    evaluate_with, infra_error_result,
+    Teardown, TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile, Transport, Workers,
+    evaluate, evaluate_taking, evaluate_with, infra_error_result,
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};
 pub use sandbox::Sandbox;

@@ -266,7 +266,7 @@ impl HarnessProcess {
         }
     }
 
-    fn kill_group(&self) {
+    pub(crate) fn kill_group(&self) {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.
         unsafe {

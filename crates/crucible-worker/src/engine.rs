@@ -12,15 +12,14 @@ mod gpu_lock;
 mod options;
 mod pool;
 mod probe;
+mod reaper;
 mod reference_cache;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crucible_judge::{
-    Device, DeviceFacts, EvalConfig, InfraError, Runtime, Sandbox, StageLimits, TimingConfig,
-};
+use crucible_judge::{Device, DeviceFacts, EvalConfig, InfraError, Runtime, StageLimits};
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 use sha2::{Digest, Sha256};
 
@@ -77,12 +76,10 @@ pub struct Tuning {
     /// This lock file instead of the GPU's own (also on the CPU, where none is used otherwise).
     pub lock_file: Option<PathBuf>,
     pub reference_policy: ReferencePolicy,
-    /// Timed iterations; default the judge's.
-    pub timing: Option<TimingConfig>,
-    /// The candidate's sandbox; `None` leaves the judge's default.
-    pub sandbox: Option<Sandbox>,
-    /// Stage deadlines; default the judge's for the device.
-    pub limits: Option<StageLimits>,
+    /// The configuration every evaluation starts from (timed iterations, sandbox, stage
+    /// deadlines...); default the judge's for the device. A job's options apply on top; the
+    /// engine sets the gate and the cache itself.
+    pub base: Option<EvalConfig>,
     pub probe: Option<Probe>,
 }
 
@@ -128,6 +125,14 @@ pub struct Engine {
     probe: Option<Probe>,
     /// Evaluations share the device (read); a retry after running out of memory runs alone.
     alone: RwLock<()>,
+    reaper: Arc<reaper::Reaper>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // No scratch directory or unreaped process outlives the engine.
+        self.reaper.finish();
+    }
 }
 
 impl Engine {
@@ -155,16 +160,16 @@ impl Engine {
                 tuning.probe.clone(),
             ))
         });
-        let mut base = EvalConfig::new(device);
-        if let Some(timing) = tuning.timing.clone() {
-            base.timing = Some(timing);
-        }
-        if let Some(sandbox) = tuning.sandbox.clone() {
-            base.sandbox = Some(sandbox);
-        }
-        if let Some(limits) = tuning.limits.clone() {
-            base.limits = limits;
-        }
+        let mut base = tuning
+            .base
+            .clone()
+            .unwrap_or_else(|| EvalConfig::new(device));
+        base.device = device;
+        let reaper = Arc::new(reaper::Reaper::start().map_err(|source| EngineError::Io {
+            what: "starting the reaper thread",
+            source,
+        })?);
+        base.teardown = Some(Arc::clone(&reaper) as Arc<dyn crucible_judge::Teardown>);
         base.timed_phases = lock
             .clone()
             .map(|lock| Arc::new(gpu_lock::Gate(lock)) as Arc<dyn crucible_judge::TimedPhaseGate>);
@@ -204,6 +209,7 @@ impl Engine {
             tasks,
             probe: tuning.probe,
             alone: RwLock::new(()),
+            reaper,
         })
     }
 
@@ -268,25 +274,21 @@ impl Engine {
         if let Some(deadline) = job.deadline {
             cap_limits(&mut cfg.limits, deadline);
         }
-        let run = |prestarted| {
-            crucible_judge::evaluate_with(
-                &self.runtime,
-                &task_path,
-                task_src,
-                &candidate_path,
-                candidate_src,
-                &cfg,
-                prestarted,
-            )
+        let run = || {
+            let files = (
+                (task_path.as_path(), task_src),
+                (candidate_path.as_path(), candidate_src),
+            );
+            crucible_judge::evaluate_taking(&self.runtime, files, &cfg, || self.take_workers())
         };
         let shared = self.alone.read();
-        let result = run(self.take_workers());
+        let result = run();
         drop(shared);
         if self.options.concurrency > 1 && out_of_memory(&result) {
             // The engine, not the candidate, put several evaluations on one device.
             let first = result;
             let alone = self.alone.write();
-            let mut result = run(self.take_workers());
+            let mut result = run();
             drop(alone);
             note_retry(&mut result, &first);
             return result;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crucible_judge::{Device, Runtime, StageLimits};
+use crucible_judge::{Device, EvalConfig, Runtime, StageLimits};
 use crucible_result::{EvalResult, Verdict};
 use crucible_worker::engine::{EngineEvent, Probe, evaluate_all};
 use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
@@ -56,8 +56,10 @@ fn recorder() -> (Probe, Arc<Mutex<Vec<EngineEvent>>>) {
 }
 
 fn tuning(probe: Option<Probe>) -> Tuning {
+    let mut base = EvalConfig::new(Device::Cpu);
+    base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
     Tuning {
-        limits: Some(StageLimits::uniform(Device::Cpu, Duration::from_secs(60))),
+        base: Some(base),
         probe,
         ..Tuning::default()
     }
@@ -127,6 +129,11 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
         pids.len(),
         "a candidate process was reused: {pids:?}"
     );
+    // Killed before its result came back; reaped off the critical path, so allow a moment.
+    let reaped_by = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|pid| pid_running(*pid)) && Instant::now() < reaped_by {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for pid in &pids {
         assert!(
             !pid_running(*pid),

@@ -8,6 +8,8 @@ use std::fmt::Debug;
 
 use crucible_result::PrecisionClass;
 
+use super::Workers;
+
 /// Held for the duration of an evaluation's timed phases (`timing`, `profile`,
 /// `timed-output`); dropping it lets the next evaluation's timed phases in.
 pub type TimedPhaseGuard = Box<dyn Send>;
@@ -52,4 +54,11 @@ pub struct ReferenceTiming {
 pub trait ReferenceTimingCache: Send + Sync + Debug {
     fn lookup(&self, key: &ReferenceKey) -> Option<ReferenceTiming>;
     fn store(&self, key: ReferenceKey, timing: ReferenceTiming);
+}
+
+/// Takes an evaluation's processes once they have been sent `SIGKILL`: waiting for them to exit
+/// (a process with a CUDA context takes a while) and removing their scratch directories are
+/// then off the evaluation's critical path. Dropping the [`Workers`] does both.
+pub trait Teardown: Send + Sync + Debug {
+    fn retire(&self, workers: Workers);
 }

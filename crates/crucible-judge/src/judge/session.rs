@@ -42,8 +42,16 @@ pub(super) fn run(
 ) -> Result<(), Stop> {
     let mut session = Session::start(eval, prestarted, task_path, candidate_src)?;
     let outcome = session.stages(eval);
-    session.workers.candidate.kill();
-    session.workers.referee.kill();
+    match eval.cfg.teardown.as_ref() {
+        Some(teardown) => {
+            session.workers.kill_now();
+            teardown.retire(session.workers);
+        }
+        None => {
+            session.workers.candidate.kill();
+            session.workers.referee.kill();
+        }
+    }
     outcome
 }
 
