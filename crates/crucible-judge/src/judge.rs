@@ -339,6 +339,9 @@ pub fn evaluate(
     )
 }
 
+/// A file the evaluation reads: its path (for the result and the referee) and its bytes.
+pub type SourceFile<'a> = (&'a Path, &'a [u8]);
+
 /// [`evaluate`], on processes started earlier with [`Workers::start`] (a rejected candidate
 /// leaves them unused; they are killed when dropped).
 pub fn evaluate_with(
@@ -358,7 +361,7 @@ pub fn evaluate_with(
 /// asked for only once the static verifier has passed: a rejected candidate uses none up.
 pub fn evaluate_taking(
     runtime: &Runtime,
-    ((task_path, task_src), (candidate_path, candidate_src)): ((&Path, &[u8]), (&Path, &[u8])),
+    ((task_path, task_src), (candidate_path, candidate_src)): (SourceFile<'_>, SourceFile<'_>),
     cfg: &EvalConfig,
     take: impl FnOnce() -> Option<Workers>,
 ) -> EvalResult {
@@ -410,8 +413,8 @@ impl<'a> Evaluation<'a> {
 /// `infra_error`, never charged to the candidate.
 pub fn infra_error_result(
     runtime: &Runtime,
-    (task_path, task_src): (&Path, &[u8]),
-    (candidate_path, candidate_src): (&Path, &[u8]),
+    (task_path, task_src): SourceFile<'_>,
+    (candidate_path, candidate_src): SourceFile<'_>,
     cfg: &EvalConfig,
     stage: &str,
     error: InfraError,

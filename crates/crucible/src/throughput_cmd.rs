@@ -146,7 +146,9 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
     let sample: Vec<&Case> = cases
         .iter()
         .enumerate()
-        .filter(|(i, c)| (i / args.tasks as usize + c.task) % args.off_every.max(1) as usize == 0)
+        .filter(|(i, c)| {
+            (i / args.tasks as usize + c.task).is_multiple_of(args.off_every.max(1) as usize)
+        })
         .map(|(_, c)| c)
         .collect();
     println!(
@@ -303,7 +305,7 @@ fn derive(solution: &str, task: usize, variant: usize) -> (Kind, String) {
                 renamed()
             ),
         ),
-        7 if task % 2 == 0 => (
+        7 if task.is_multiple_of(2) => (
             Kind::Failing,
             format!("{solution}\n\ndef _bench_variant_{variant}(:\n    pass\n"),
         ),
