@@ -683,3 +683,61 @@ fn stage_order(name: &str) -> usize {
     ];
     ORDER.iter().position(|n| *n == name).unwrap_or(ORDER.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(path: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(path);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Whether the static verifier (the judge's default policy) rejects a source.
+    fn rejected(source: &str) -> bool {
+        let report = crucible_verify::verify(source, &crucible_verify::Policy::default());
+        report
+            .findings
+            .iter()
+            .any(|f| f.severity == crucible_result::Severity::Reject)
+    }
+
+    #[test]
+    fn derived_candidates_reach_the_stage_they_are_meant_to_fail_in() {
+        // Every variant but the syntax error must get past the static verifier, or the set
+        // would measure the verifier, not the judge.
+        let solutions = [
+            "examples/kernelbench/level1/1_Square_matrix_multiplication_.py",
+            "examples/kernelbench/level1/23_Softmax.py",
+            "examples/kernelbench/level2/12_Gemm_Multiply_LeakyReLU.py",
+            "examples/solutions/06_softmax.py",
+        ];
+        for solution in solutions.map(repo) {
+            assert!(!rejected(&solution));
+            let mut kinds = Vec::new();
+            for task in 0..2 {
+                for variant in 0..8 {
+                    let (kind, source) = derive(&solution, task, variant);
+                    kinds.push(kind);
+                    let syntax_error = variant == 7 && task == 0;
+                    assert_eq!(
+                        rejected(&source),
+                        syntax_error,
+                        "task {task} variant {variant}:\n{source}"
+                    );
+                }
+            }
+            let count = |kind| kinds.iter().filter(|k| **k == kind).count();
+            assert_eq!(
+                (
+                    count(Kind::Correct),
+                    count(Kind::Incorrect),
+                    count(Kind::Failing)
+                ),
+                (8, 4, 4)
+            );
+        }
+    }
+}
