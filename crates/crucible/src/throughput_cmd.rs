@@ -97,6 +97,10 @@ pub struct ThroughputArgs {
     off_every: u32,
     #[arg(long, value_enum, default_value = "both")]
     modes: Modes,
+    /// Pause this long before each evaluation, so the pool is full when it starts: measures the
+    /// overhead with warm workers apart from CPU saturation (the rate then counts the pauses).
+    #[arg(long, default_value_t = 0.0)]
+    pace_s: f64,
     /// Per-evaluation rows as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -177,6 +181,12 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         }
         let chosen = if on { &all } else { &sample };
         println!("\n== {name}: {} candidates ({})", chosen.len(), mix(chosen));
+        if args.pace_s > 0.0 {
+            println!(
+                "  paced: {} s before each evaluation (the rate counts the pauses)",
+                args.pace_s
+            );
+        }
         let measured = run_mode(&runtime, &args, &base, on, chosen)?;
         measured.print(args.device);
         if let Some(file) = json.as_mut() {
@@ -410,7 +420,8 @@ fn run_mode(
     let engine = Engine::with_tuning(runtime.clone(), args.device, options, tuning)?;
     let engine_start_s = created.elapsed().as_secs_f64();
     let started = Instant::now();
-    let results = evaluate_tagged(&engine, cases);
+    let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
+    let results = evaluate_tagged(&engine, cases, pace);
     let batch_s = started.elapsed().as_secs_f64();
     drop(engine);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -440,7 +451,7 @@ fn run_mode(
 }
 
 /// `evaluate_all`, with each thread's current job known to the probe.
-fn evaluate_tagged(engine: &Engine, cases: &[&Case]) -> Vec<EvalResult> {
+fn evaluate_tagged(engine: &Engine, cases: &[&Case], pace: std::time::Duration) -> Vec<EvalResult> {
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; cases.len()]);
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
@@ -454,6 +465,7 @@ fn evaluate_tagged(engine: &Engine, cases: &[&Case]) -> Vec<EvalResult> {
                         *next - 1
                     };
                     let Some(case) = cases.get(index) else { return };
+                    std::thread::sleep(pace);
                     CURRENT.with(|c| c.set(Some(index)));
                     let result = engine.evaluate(&case.job);
                     CURRENT.with(|c| c.set(None));
