@@ -83,6 +83,9 @@ pub struct Tuning {
     /// engine sets the gate and the cache itself.
     pub base: Option<EvalConfig>,
     pub probe: Option<Probe>,
+    /// Prestarted candidate processes do not start the profiler ahead (it then costs the
+    /// profile stage ~4 s on an H200, but no CPU for candidates that are never profiled).
+    pub cold_profiler: bool,
 }
 
 /// One evaluation to run.
@@ -182,12 +185,11 @@ impl Engine {
             let ahead = if device.is_gpu() { 2 } else { 1 };
             let depth = tuning.pool_depth.unwrap_or(concurrency * ahead);
             Some(
-                WarmPool::start(runtime.clone(), base.clone(), depth).map_err(|source| {
-                    EngineError::Io {
+                WarmPool::start(runtime.clone(), base.clone(), depth, !tuning.cold_profiler)
+                    .map_err(|source| EngineError::Io {
                         what: "starting the warm pool",
                         source,
-                    }
-                })?,
+                    })?,
             )
         } else {
             None

@@ -101,6 +101,9 @@ pub struct ThroughputArgs {
     /// overhead with warm workers apart from CPU saturation (the rate then counts the pauses).
     #[arg(long, default_value_t = 0.0)]
     pace_s: f64,
+    /// Prestarted candidate processes do not start the profiler ahead of their evaluation.
+    #[arg(long)]
+    cold_profiler: bool,
     /// Per-evaluation rows as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -414,6 +417,7 @@ fn run_mode(
     let tuning = Tuning {
         base: Some(base.clone()),
         probe: Some(probe),
+        cold_profiler: args.cold_profiler,
         ..Tuning::default()
     };
     let created = Instant::now();
