@@ -1,0 +1,24 @@
+//! What the engine reports as it works, to whoever wants to watch (tests, the benchmark).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One observation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EngineEvent {
+    /// An evaluation got a prestarted pair from the pool (`prestarted` true); one that finds
+    /// the pool empty starts its own inside the judge, which is not reported.
+    WorkersTaken {
+        candidate_pid: u32,
+        prestarted: bool,
+    },
+    /// How long an evaluation waited for the GPU lock.
+    GpuLockWait(Duration),
+    /// An evaluation held the GPU from `entered` to `left` (reported before release).
+    TimedPhases { entered: Instant, left: Instant },
+    /// A reference timing came from the cache (`hit`) or was measured.
+    ReferenceTiming { hit: bool },
+}
+
+/// Called from any thread; keep it cheap.
+pub type Probe = Arc<dyn Fn(EngineEvent) + Send + Sync>;
