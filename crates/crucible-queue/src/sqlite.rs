@@ -5,6 +5,8 @@
 //! however many tasks wait. Every write runs in a `BEGIN IMMEDIATE` transaction: SQLite
 //! serializes them across processes, which is what makes a claim and a complete atomic.
 
+mod listing;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
