@@ -48,9 +48,21 @@ mod tests {
     fn token_by_header_or_cookie() {
         assert!(allowed(&HeaderMap::new(), None));
         assert!(!allowed(&HeaderMap::new(), Some("s3cret")));
-        assert!(allowed(&headers(AUTHORIZATION, "Bearer s3cret"), Some("s3cret")));
-        assert!(!allowed(&headers(AUTHORIZATION, "Bearer s3cre"), Some("s3cret")));
-        assert!(allowed(&headers(COOKIE, "a=1; crucible_token=s3cret"), Some("s3cret")));
-        assert!(!allowed(&headers(COOKIE, "crucible_token=nope"), Some("s3cret")));
+        assert!(allowed(
+            &headers(AUTHORIZATION, "Bearer s3cret"),
+            Some("s3cret")
+        ));
+        assert!(!allowed(
+            &headers(AUTHORIZATION, "Bearer s3cre"),
+            Some("s3cret")
+        ));
+        assert!(allowed(
+            &headers(COOKIE, "a=1; crucible_token=s3cret"),
+            Some("s3cret")
+        ));
+        assert!(!allowed(
+            &headers(COOKIE, "crucible_token=nope"),
+            Some("s3cret")
+        ));
     }
 }

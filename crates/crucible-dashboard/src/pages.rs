@@ -62,7 +62,13 @@ pub struct HomeSections {
 }
 
 impl HomeSections {
-    pub fn render(stats: &QueueStats, workers: &[WorkerStatus], hour: &Window, recent: &[TaskSummary], now: f64) -> HomeSections {
+    pub fn render(
+        stats: &QueueStats,
+        workers: &[WorkerStatus],
+        hour: &Window,
+        recent: &[TaskSummary],
+        now: f64,
+    ) -> HomeSections {
         HomeSections {
             queue: queue_section(stats),
             workers: workers_section(workers, now),
@@ -192,7 +198,11 @@ pub fn evaluations(rows: &[TaskSummary], now: f64, limit: usize) -> Markup {
 }
 
 /// Rejects and flags, by code, then each with its offending line.
-pub fn integrity(rows: &[TaskSummary], counts: &BTreeMap<(String, String), usize>, lines: &BTreeMap<(String, u32), String>) -> Markup {
+pub fn integrity(
+    rows: &[TaskSummary],
+    counts: &BTreeMap<(String, String), usize>,
+    lines: &BTreeMap<(String, u32), String>,
+) -> Markup {
     layout(
         "Integrity",
         false,
@@ -244,7 +254,12 @@ pub fn tasks(standings: &BTreeMap<String, TaskStanding>) -> Markup {
     )
 }
 
-pub fn task(name: &str, board: &[&TaskSummary], standing: Option<&TaskStanding>, now: f64) -> Markup {
+pub fn task(
+    name: &str,
+    board: &[&TaskSummary],
+    standing: Option<&TaskStanding>,
+    now: f64,
+) -> Markup {
     layout(
         &format!("Task {name}"),
         false,
@@ -273,7 +288,11 @@ pub fn task(name: &str, board: &[&TaskSummary], standing: Option<&TaskStanding>,
 }
 
 /// One evaluation, rendered for a person.
-pub fn evaluation(record: &TaskRecord, spec: Option<&TaskSpec>, result: Option<&EvalResult>) -> Markup {
+pub fn evaluation(
+    record: &TaskRecord,
+    spec: Option<&TaskSpec>,
+    result: Option<&EvalResult>,
+) -> Markup {
     let title = format!("{} · {}", record.task_name, short(&record.id));
     layout(
         &title,

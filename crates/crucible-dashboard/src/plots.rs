@@ -28,9 +28,16 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 fn draw_timing(root: &Area<'_>, reference: &Stats, candidate: &Stats) -> Result<(), String> {
     let lo = reference.min_ms.min(candidate.min_ms);
     let hi = reference.max_ms.max(candidate.max_ms);
-    let (lo, hi) = if hi > lo { (lo, hi) } else { (lo * 0.9, lo * 1.1 + 1e-9) };
+    let (lo, hi) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo * 0.9, lo * 1.1 + 1e-9)
+    };
     let width = (hi - lo) / BINS as f64;
-    let series = [("reference", reference, REFERENCE), ("candidate", candidate, CANDIDATE)];
+    let series = [
+        ("reference", reference, REFERENCE),
+        ("candidate", candidate, CANDIDATE),
+    ];
     let counts: Vec<Vec<usize>> = series
         .iter()
         .map(|(_, stats, _)| histogram(&stats.samples_ms, lo, width))
@@ -60,7 +67,9 @@ fn draw_timing(root: &Area<'_>, reference: &Stats, candidate: &Stats) -> Result<
                 ))
                 .map_err(|e| e.to_string())?
                 .label(format!("{name} (min–median–max)"))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(3)));
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 16, y)], color.stroke_width(3))
+                });
             chart
                 .draw_series(std::iter::once(PathElement::new(
                     [(stats.median_ms, 0), (stats.median_ms, top + 1)],
@@ -70,12 +79,21 @@ fn draw_timing(root: &Area<'_>, reference: &Stats, candidate: &Stats) -> Result<
             continue;
         }
         chart
-            .draw_series(counts.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| {
-                let x0 = lo + i as f64 * width;
-                Rectangle::new([(x0, 0), (x0 + width, *c)], color.mix(0.55).filled())
-            }))
+            .draw_series(
+                counts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(i, c)| {
+                        let x0 = lo + i as f64 * width;
+                        Rectangle::new([(x0, 0), (x0 + width, *c)], color.mix(0.55).filled())
+                    }),
+            )
             .map_err(|e| e.to_string())?
-            .label(format!("{name}: median {:.4} ms (n = {})", stats.median_ms, stats.n))
+            .label(format!(
+                "{name}: median {:.4} ms (n = {})",
+                stats.median_ms, stats.n
+            ))
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
     }
     chart
@@ -104,13 +122,21 @@ pub fn stage_timeline(stages: &[Stage]) -> String {
         let _ = root.fill(&WHITE);
         let mut x = 0.0;
         for (i, stage) in stages.iter().enumerate() {
-            let share = if total > 0.0 { stage.duration_s.max(0.0) / total } else { 0.0 };
+            let share = if total > 0.0 {
+                stage.duration_s.max(0.0) / total
+            } else {
+                0.0
+            };
             let x0 = (x * 640.0) as i32;
             let x1 = ((x + share) * 640.0).ceil() as i32;
             let color = Palette99::pick(i).mix(0.8);
             let _ = root.draw(&Rectangle::new([(x0, 10), (x1, 40)], color.filled()));
             if x1 - x0 > 40 {
-                let _ = root.draw(&Text::new(stage.name.clone(), (x0 + 3, 48), ("sans-serif", 11)));
+                let _ = root.draw(&Text::new(
+                    stage.name.clone(),
+                    (x0 + 3, 48),
+                    ("sans-serif", 11),
+                ));
             }
             x += share;
         }
@@ -154,6 +180,9 @@ mod tests {
         };
         let svg = stage_timeline(&[stage("start", 3.0), stage("timing", 1.0), stage("x", 0.001)]);
         assert!(svg.contains("start") && svg.contains("timing"), "{svg}");
-        assert!(!svg.contains("\nx\n") && !svg.contains(">x<"), "a sliver is too narrow for its name: {svg}");
+        assert!(
+            !svg.contains("\nx\n") && !svg.contains(">x<"),
+            "a sliver is too narrow for its name: {svg}"
+        );
     }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -49,7 +51,10 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/tasks", get(tasks))
         .route("/tasks/{name}", get(task))
         .route("/dashboard/events", get(events))
-        .route_layer(middleware::from_fn_with_state(dashboard.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            dashboard.clone(),
+            require_token,
+        ));
     Router::new()
         .merge(guarded)
         .route("/login", get(login))
@@ -119,7 +124,11 @@ async fn asset(Path(file): Path<String>) -> Response {
 
 /// A store failure, shown as a page (never a panic, never a blank 500).
 fn store_error(error: impl std::fmt::Display) -> Response {
-    let page = pages::layout("Store unavailable", false, html! { p { "The store did not answer: " (error.to_string()) } });
+    let page = pages::layout(
+        "Store unavailable",
+        false,
+        html! { p { "The store did not answer: " (error.to_string()) } },
+    );
     (StatusCode::SERVICE_UNAVAILABLE, page).into_response()
 }
 
@@ -135,7 +144,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn listing(limit: usize) -> Listing {
-    Listing { limit, ..Listing::default() }
+    Listing {
+        limit,
+        ..Listing::default()
+    }
 }
 
 async fn home_sections(d: &Dashboard) -> Result<pages::HomeSections, Response> {
@@ -144,13 +156,11 @@ async fn home_sections(d: &Dashboard) -> Result<pages::HomeSections, Response> {
         let now = now_unix();
         let stats = store.stats()?;
         let workers = store.workers()?;
-        let hour = store.recent(&Listing {
-            limit: usize::MAX,
-            finished_since: Some(now - 3600.0),
-            ..Listing::default()
-        })?;
+        let hour = view::Window::from_counts(&store.finished_counts(now - 3600.0)?);
         let latest: Vec<TaskSummary> = store.recent(&listing(LATEST))?;
-        Ok(pages::HomeSections::render(&stats, &workers, &view::Window::of(&hour), &latest, now))
+        Ok(pages::HomeSections::render(
+            &stats, &workers, &hour, &latest, now,
+        ))
     })
     .await
 }
@@ -168,8 +178,12 @@ async fn events(State(d): State<Dashboard>) -> Sse<impl Stream<Item = Result<Eve
             tokio::time::sleep(LIVE_EVERY).await;
         }
         let event = match home_sections(&d).await {
-            Ok(sections) => Event::default().event("home").data(sections.to_json().to_string()),
-            Err(_) => Event::default().event("unavailable").data("the store did not answer"),
+            Ok(sections) => Event::default()
+                .event("home")
+                .data(sections.to_json().to_string()),
+            Err(_) => Event::default()
+                .event("unavailable")
+                .data("the store did not answer"),
         };
         Some((Ok(event), (d, false)))
     });
@@ -207,7 +221,11 @@ async fn evaluation(State(d): State<Dashboard>, Path(id): Path<String>) -> Respo
 }
 
 fn not_found(what: &str) -> Response {
-    (StatusCode::NOT_FOUND, pages::layout("Not found", false, html! { p { (what) } })).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        pages::layout("Not found", false, html! { p { (what) } }),
+    )
+        .into_response()
 }
 
 async fn integrity(State(d): State<Dashboard>) -> Response {
@@ -223,20 +241,29 @@ async fn integrity(State(d): State<Dashboard>) -> Response {
     })
     .await;
     match found {
-        Ok((rows, lines)) => pages::integrity(&rows, &view::findings_by_code(&rows), &lines).into_response(),
+        Ok((rows, lines)) => {
+            pages::integrity(&rows, &view::findings_by_code(&rows), &lines).into_response()
+        }
         Err(response) => response,
     }
 }
 
 /// The source lines the findings point at, keyed by (task id, line).
-fn offending_lines(store: &Store, rows: &[TaskSummary]) -> crucible_queue::Result<BTreeMap<(String, u32), String>> {
+fn offending_lines(
+    store: &Store,
+    rows: &[TaskSummary],
+) -> crucible_queue::Result<BTreeMap<(String, u32), String>> {
     let mut lines = BTreeMap::new();
     for row in rows {
-        let wanted: Vec<u32> = view::integrity_findings(row).filter_map(|f| f.line).collect();
+        let wanted: Vec<u32> = view::integrity_findings(row)
+            .filter_map(|f| f.line)
+            .collect();
         if wanted.is_empty() {
             continue;
         }
-        let Some(spec) = store.spec(&row.id)? else { continue };
+        let Some(spec) = store.spec(&row.id)? else {
+            continue;
+        };
         let source: Vec<&str> = spec.candidate_source.lines().collect();
         for line in wanted {
             if let Some(text) = source.get(line.saturating_sub(1) as usize) {
@@ -270,7 +297,10 @@ async fn task(State(d): State<Dashboard>, Path(name): Path<String>) -> Response 
         Ok(rows) => {
             let standings = view::standings(&rows);
             let board = view::leaderboard(&rows);
-            page_or_404(&rows, pages::task(&name, &board, standings.get(&name), now_unix()))
+            page_or_404(
+                &rows,
+                pages::task(&name, &board, standings.get(&name), now_unix()),
+            )
         }
         Err(response) => response,
     }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crucible_queue::{FindingSummary, TaskSummary};
+use crucible_queue::{FindingSummary, FinishedCounts, TaskSummary};
 
 /// Verdict counts and throughput over a window of finished tasks.
 #[derive(Debug, Default, PartialEq)]
@@ -14,17 +14,16 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn of(rows: &[TaskSummary]) -> Window {
-        let mut window = Window {
-            finished: rows.len(),
-            ..Window::default()
-        };
-        for row in rows {
-            if !row.cached {
-                window.evaluated += 1;
+    /// From the store's counts (what the live page uses: no rows leave the store).
+    pub fn from_counts(counts: &FinishedCounts) -> Window {
+        let mut window = Window::default();
+        for (verdict, reused, n) in &counts.rows {
+            let n = *n as usize;
+            window.finished += n;
+            if !reused {
+                window.evaluated += n;
             }
-            let verdict = row.verdict.clone().unwrap_or_else(|| row.state.as_str().into());
-            *window.verdicts.entry(verdict).or_default() += 1;
+            *window.verdicts.entry(verdict.clone()).or_default() += n;
         }
         window
     }
@@ -71,11 +70,15 @@ pub fn standings(rows: &[TaskSummary]) -> BTreeMap<String, TaskStanding> {
         if is_honest(row) {
             standing.honest += 1;
             if let Some(speedup) = ranking_speedup(row) {
-                standing.best_honest = Some(standing.best_honest.map_or(speedup, |b| b.max(speedup)));
+                standing.best_honest =
+                    Some(standing.best_honest.map_or(speedup, |b| b.max(speedup)));
             }
         }
         if row.verdict.as_deref() == Some("rejected") {
-            let policy = row.verify_policy.clone().unwrap_or_else(|| "default".into());
+            let policy = row
+                .verify_policy
+                .clone()
+                .unwrap_or_else(|| "default".into());
             *standing.rejected_by_policy.entry(policy).or_default() += 1;
         }
     }
@@ -111,7 +114,12 @@ mod tests {
     use super::*;
     use crucible_queue::TaskState;
 
-    fn row(task: &str, verdict: &str, speedup: Option<f64>, findings: &[(&str, &str)]) -> TaskSummary {
+    fn row(
+        task: &str,
+        verdict: &str,
+        speedup: Option<f64>,
+        findings: &[(&str, &str)],
+    ) -> TaskSummary {
         TaskSummary {
             id: format!("{task}-{verdict}-{speedup:?}"),
             task_name: task.into(),
@@ -140,15 +148,28 @@ mod tests {
     fn a_flagged_fast_kernel_does_not_lead_the_board() {
         let rows = vec![
             row("relu", "correct", Some(1.5), &[]),
-            row("relu", "correct", Some(9.0), &[("precision-downgrade", "flag")]),
+            row(
+                "relu",
+                "correct",
+                Some(9.0),
+                &[("precision-downgrade", "flag")],
+            ),
             row("relu", "correct", Some(2.5), &[("x", "info")]),
-            row("relu", "rejected", None, &[("torch-compute-in-forward", "reject")]),
+            row(
+                "relu",
+                "rejected",
+                None,
+                &[("torch-compute-in-forward", "reject")],
+            ),
         ];
         let board = leaderboard(&rows);
         let speedups: Vec<_> = board.iter().map(|r| r.speedup.unwrap()).collect();
         assert_eq!(speedups, vec![2.5, 1.5]);
         let standing = &standings(&rows)["relu"];
-        assert_eq!((standing.evaluations, standing.correct, standing.honest), (4, 3, 2));
+        assert_eq!(
+            (standing.evaluations, standing.correct, standing.honest),
+            (4, 3, 2)
+        );
         assert_eq!(standing.best_honest, Some(2.5));
         assert_eq!(standing.rejected_by_policy["default"], 1);
         let codes = findings_by_code(&rows);
@@ -167,11 +188,11 @@ mod tests {
 
     #[test]
     fn window_counts_verdicts_and_evaluations() {
-        let mut cached = row("a", "correct", Some(1.0), &[]);
-        cached.cached = true;
-        let rows = vec![cached, row("a", "incorrect", None, &[])];
-        let window = Window::of(&rows);
-        assert_eq!((window.finished, window.evaluated), (2, 1));
-        assert_eq!(window.verdicts["incorrect"], 1);
+        let counts = FinishedCounts {
+            rows: vec![("correct".into(), true, 3), ("incorrect".into(), false, 2)],
+        };
+        let window = Window::from_counts(&counts);
+        assert_eq!((window.finished, window.evaluated), (5, 2));
+        assert_eq!(window.verdicts["incorrect"], 2);
     }
 }

@@ -23,7 +23,10 @@ fn every_page_renders_the_judged_documents() {
     let (status, home) = get(addr, "/", &[]);
     assert_eq!(status, 200);
     assert!(home.contains("data-live=\"/dashboard/events\""));
-    assert!(home.contains("Latest evaluations") && home.contains("6 finished"), "{home}");
+    assert!(
+        home.contains("Latest evaluations") && home.contains("6 finished"),
+        "{home}"
+    );
 
     let (status, list) = get(addr, "/evaluations", &[]);
     assert_eq!(status, 200);
@@ -32,7 +35,10 @@ fn every_page_renders_the_judged_documents() {
     let correct = &ids.iter().find(|(n, _)| n == "gpu_correct").unwrap().1;
     let (status, page) = get(addr, &format!("/evaluations/{correct}"), &[]);
     assert_eq!(status, 200);
-    assert!(page.contains("id=\"timing-plot\"") && page.contains("<svg"), "no timing plot");
+    assert!(
+        page.contains("id=\"timing-plot\"") && page.contains("<svg"),
+        "no timing plot"
+    );
     assert!(page.contains("NVIDIA H200"));
     // The hostile line is shown as text, never as markup.
     assert!(!page.contains("<script>alert"), "unescaped candidate code");
@@ -42,7 +48,10 @@ fn every_page_renders_the_judged_documents() {
     assert_eq!(status, 200);
     assert!(integrity.contains("forbidden-call") && integrity.contains("timing-contradiction"));
     // The decoy's offending line, quoted from its source.
-    assert!(integrity.contains("torch.relu") || integrity.contains("F.relu"), "{integrity}");
+    assert!(
+        integrity.contains("return getattr(torch, &quot;re&quot; + &quot;lu&quot;)(x)"),
+        "{integrity}"
+    );
 
     let (status, tasks) = get(addr, "/tasks", &[]);
     assert_eq!(status, 200);
@@ -51,7 +60,10 @@ fn every_page_renders_the_judged_documents() {
     assert_eq!(status, 200);
     // Two honest evaluations lead; the tampered and the decoy ones are not on the board.
     assert_eq!(board.matches("<td class=\"r\">1</td>").count(), 1);
-    assert!(board.contains("Rejected, by verifier policy: <b>default</b> 4"), "{board}");
+    assert!(
+        board.contains("Rejected, by verifier policy: <b>default</b> 4"),
+        "{board}"
+    );
 
     let (status, _) = get(addr, "/evaluations/nope", &[]);
     assert_eq!(status, 404);
@@ -73,7 +85,10 @@ fn the_event_stream_sends_the_live_sections() {
         seen.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&seen);
-    assert!(text.contains("event: home") && text.contains("\"workers\""), "{text}");
+    assert!(
+        text.contains("event: home") && text.contains("\"workers\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -81,9 +96,15 @@ fn a_token_guards_every_page_but_login() {
     let (_dir, store) = store();
     let (addr, _rt) = serve(store, Some("s3cret"));
     assert_eq!(get(addr, "/", &[]).0, 401);
-    assert_eq!(get(addr, "/evaluations", &[("Authorization", "Bearer wrong")]).0, 401);
+    assert_eq!(
+        get(addr, "/evaluations", &[("Authorization", "Bearer wrong")]).0,
+        401
+    );
     assert_eq!(get(addr, "/", &[("Authorization", "Bearer s3cret")]).0, 200);
-    assert_eq!(get(addr, "/integrity", &[("Cookie", "crucible_token=s3cret")]).0, 200);
+    assert_eq!(
+        get(addr, "/integrity", &[("Cookie", "crucible_token=s3cret")]).0,
+        200
+    );
     assert_eq!(get(addr, "/dashboard/assets/dashboard.js", &[]).0, 200);
     let (status, _) = get(addr, "/login?token=s3cret", &[]);
     assert_eq!(status, 303);

@@ -5,7 +5,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crucible_result::{
-    EvalResult, Env, Failure, FailureClass, FileRef, SCHEMA, Seeds, Stage, StageStatus, Tolerance,
+    Env, EvalResult, Failure, FailureClass, FileRef, SCHEMA, Seeds, Stage, StageStatus, Tolerance,
 };
 
 use crate::types::{JudgeOptions, TaskSpec};
@@ -172,7 +172,13 @@ pub fn infra_error_result(
         "the judge failed {attempts} time(s) on this task for reasons outside the candidate; \
          last: {reason}"
     );
-    store_result(spec, FailureClass::InfraError, "infrastructure", message, wall_s)
+    store_result(
+        spec,
+        FailureClass::InfraError,
+        "infrastructure",
+        message,
+        wall_s,
+    )
 }
 
 #[cfg(test)]
@@ -205,6 +211,11 @@ mod tests {
         assert!(!is_cacheable(&doc));
         let infra = infra_error_result(&spec, 3, "worker lost", 1.0);
         assert_eq!(verdict_of(&infra), Some("infra_error"));
-        assert!(infra["failure"]["message"].as_str().unwrap().contains("worker lost"));
+        assert!(
+            infra["failure"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("worker lost")
+        );
     }
 }

@@ -16,6 +16,7 @@
 
 mod content;
 mod listing;
+mod redis_lua;
 mod redis_store;
 mod sqlite;
 mod types;
@@ -23,7 +24,7 @@ mod types;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use content::{cache_key, dedup_key, infra_error_result, timeout_result};
-pub use listing::{FindingSummary, Listing, TaskSummary};
+pub use listing::{FindingSummary, FinishedCounts, Listing, TaskSummary};
 pub use redis_store::RedisStore;
 pub use sqlite::SqliteStore;
 pub use types::*;
@@ -32,7 +33,9 @@ pub use types::*;
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     /// The URL names no backend this crate knows.
-    #[error("unsupported queue URL `{0}`: expected sqlite:///path.db, sqlite://path.db or redis://host:port/db")]
+    #[error(
+        "unsupported queue URL `{0}`: expected sqlite:///path.db, sqlite://path.db or redis://host:port/db"
+    )]
     BadUrl(String),
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -57,6 +60,8 @@ pub enum QueueError {
 pub type Result<T, E = QueueError> = std::result::Result<T, E>;
 
 /// The queue and result store, on one of its backends.
+// One store per process, behind an Arc: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Store {
     Sqlite(SqliteStore),
     Redis(RedisStore),
@@ -110,6 +115,12 @@ impl Store {
     /// One task, if the store still holds it.
     pub fn task(&self, id: &str) -> Result<Option<TaskRecord>> {
         dispatch!(self, s => s.task(id))
+    }
+
+    /// Several tasks in one round trip (one snapshot on SQLite, one pipeline on Redis), in the
+    /// order asked; unknown ids are left out.
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        dispatch!(self, s => s.tasks(ids))
     }
 
     /// The tasks of a batch, in submission order.
@@ -183,10 +194,7 @@ impl Store {
         let give_up = std::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(5);
         loop {
-            let records = ids
-                .iter()
-                .filter_map(|id| self.task(id).transpose())
-                .collect::<Result<Vec<_>>>()?;
+            let records = self.tasks(ids)?;
             let all_done = records.iter().all(|r| r.state.is_terminal());
             if all_done || std::time::Instant::now() >= give_up {
                 return Ok(records);

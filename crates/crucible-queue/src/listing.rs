@@ -48,7 +48,24 @@ pub struct TaskSummary {
     pub verify_policy: Option<String>,
 }
 
+/// Finished tasks of a window, counted by verdict (the state for tasks without a result).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FinishedCounts {
+    /// (verdict or state, answered from the cache or a shared evaluation, count)
+    pub rows: Vec<(String, bool, u64)>,
+}
+
 impl Store {
+    /// Tasks finished at or after `since` (unix seconds), counted in the store.
+    pub fn finished_counts(&self, since: f64) -> Result<FinishedCounts> {
+        match self {
+            Store::Sqlite(store) => store.finished_counts(since),
+            Store::Redis(_) => Err(QueueError::Unsupported(
+                "counting finished tasks by verdict needs the SQLite store",
+            )),
+        }
+    }
+
     /// Tasks as summaries, newest first (see [`Listing`]).
     pub fn recent(&self, listing: &Listing) -> Result<Vec<TaskSummary>> {
         match self {

@@ -55,6 +55,9 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_at) WHERE finished_a
 CREATE INDEX IF NOT EXISTS tasks_dedup ON tasks(dedup_key)
     WHERE dedup_key IS NOT NULL AND shared_with IS NULL AND state IN ('queued', 'running');
 CREATE INDEX IF NOT EXISTS tasks_followers ON tasks(shared_with) WHERE shared_with IS NOT NULL;
+-- The dashboard's verdict counts of a time window, answered from the index alone.
+CREATE INDEX IF NOT EXISTS tasks_finished_verdict ON tasks(finished_at, json_extract(result, '$.verdict'), state, cached, shared_with)
+    WHERE finished_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS queue (
     priority INTEGER NOT NULL,
     client TEXT NOT NULL,
@@ -82,9 +85,26 @@ const RECLAIM_EVERY_S: f64 = 1.0;
 
 /// The SQLite backend (see the module docs). Open it through [`crate::Store::open`].
 pub struct SqliteStore {
+    /// Every write goes through this one (SQLite admits one writer at a time anyway).
     conn: Mutex<Connection>,
+    /// Reads use their own connection: in WAL mode they need not wait for a write (a 10k-task
+    /// submit, say) in this process.
+    reader: Mutex<Connection>,
     config: StoreConfig,
     last_reclaim: Mutex<f64>,
+}
+
+/// One connection to the database file, set up for sharing it with other processes.
+fn connect(path: &str) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    // Several processes share the file: wait for a writer rather than fail at once.
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // WAL + NORMAL: a committed transaction survives a process crash (kill -9); only an OS
+    // crash or power loss can lose the last transactions.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
 }
 
 /// The columns of a task that the state machine needs.
@@ -289,12 +309,7 @@ fn release_followers(tx: &Transaction<'_>, leader: &str) -> Result<()> {
 }
 
 /// Followers mirror their leader's queued/running state.
-fn mirror_followers(
-    tx: &Transaction<'_>,
-    leader: &str,
-    state: TaskState,
-    now: f64,
-) -> Result<()> {
+fn mirror_followers(tx: &Transaction<'_>, leader: &str, state: TaskState, now: f64) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tasks SET state = ?2, started_at = ?3
          WHERE shared_with = ?1 AND state IN ('queued', 'running')",
@@ -306,23 +321,21 @@ fn mirror_followers(
 impl SqliteStore {
     /// Opens (creating it and its directory if needed) the database at `path`.
     pub fn open(path: &str, config: StoreConfig) -> Result<SqliteStore> {
-        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|source| QueueError::Io {
                 path: dir.display().to_string(),
                 source,
             })?;
         }
-        let conn = Connection::open(path)?;
-        // Several processes share the file: wait for a writer rather than fail at once.
-        conn.busy_timeout(Duration::from_secs(30))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        // WAL + NORMAL: a committed transaction survives a process crash (kill -9); only an OS
-        // crash or power loss can lose the last transactions.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let conn = connect(path)?;
         conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))?;
-        conn.set_prepared_statement_cache_capacity(64);
+        let reader = connect(path)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
             config,
             last_reclaim: Mutex::new(0.0),
         })
@@ -340,13 +353,16 @@ impl SqliteStore {
         Ok(value)
     }
 
-    /// Runs read-only `work` on the connection.
+    /// Runs read-only `work` in one read transaction (one consistent snapshot).
     fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self
-            .conn
+        let mut conn = self
+            .reader
             .lock()
             .map_err(|_| QueueError::Corrupt("a thread panicked holding the connection".into()))?;
-        work(&conn)
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let value = work(&tx)?;
+        tx.finish()?;
+        Ok(value)
     }
 
     fn live_versions(&self, tx: &Transaction<'_>, now: f64) -> Result<Vec<String>> {
@@ -379,6 +395,19 @@ impl SqliteStore {
                 .prepare_cached(&sql)?
                 .query_row([id], record_from_row)
                 .optional()?)
+        })
+    }
+
+    /// See [`crate::Store::tasks`].
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        self.read(|conn| {
+            let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
+            let mut statement = conn.prepare_cached(&sql)?;
+            let mut records = Vec::with_capacity(ids.len());
+            for id in ids {
+                records.extend(statement.query_row([id], record_from_row).optional()?);
+            }
+            Ok(records)
         })
     }
 
@@ -477,7 +506,11 @@ impl SqliteStore {
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO results(key, result, created_at) VALUES (?1, ?2, ?3)",
                 )?
-                .execute(params![cache_key(&lease.spec, &lease.versions), text, now])?;
+                .execute(params![
+                    cache_key(&lease.spec, &lease.versions),
+                    text,
+                    now
+                ])?;
             }
             if verdict_of(&result) == Some("infra_error") {
                 release_followers(tx, &row.id)?;
@@ -559,7 +592,9 @@ impl SqliteStore {
             let (requeued, exhausted) = self.reclaim_expired(tx, now)?;
             let timed_out = time_out_overdue(tx, now)?;
             let purged = tx
-                .prepare_cached("DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < ?1")?
+                .prepare_cached(
+                    "DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < ?1",
+                )?
                 .execute([cutoff])? as u64;
             tx.prepare_cached("DELETE FROM results WHERE created_at < ?1")?
                 .execute([cutoff])?;
@@ -590,8 +625,8 @@ impl SqliteStore {
     /// See [`crate::Store::workers`].
     pub fn workers(&self) -> Result<Vec<WorkerStatus>> {
         self.read(|conn| {
-            let mut statement = conn
-                .prepare_cached("SELECT info, last_seen, restarts FROM workers ORDER BY id")?;
+            let mut statement =
+                conn.prepare_cached("SELECT info, last_seen, restarts FROM workers ORDER BY id")?;
             let rows = statement
                 .query_map([], |r| {
                     let info: String = r.get(0)?;
@@ -730,7 +765,11 @@ fn pick_next(tx: &Transaction<'_>) -> Result<Option<i64>> {
              FROM c LEFT JOIN clients s ON s.client = c.client WHERE c.client IS NOT NULL",
         )?
         .query_map([priority], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let Some((client, _, _)) = clients
@@ -857,7 +896,7 @@ fn insert_task(
             return Ok(id);
         }
     }
-    if let Some((leader, state)) = find_leader(tx, &dedup, leaders)? {
+    if let Some((leader, state)) = find_leader(tx, &dedup, row.seq, leaders)? {
         tx.prepare_cached("UPDATE tasks SET shared_with = ?2, state = ?3 WHERE seq = ?1")?
             .execute(params![row.seq, leader, state.as_str()])?;
         return Ok(id);
@@ -871,6 +910,7 @@ fn insert_task(
 fn find_leader(
     tx: &Transaction<'_>,
     dedup: &str,
+    own_seq: i64,
     leaders: &HashMap<String, (String, TaskState)>,
 ) -> Result<Option<(String, TaskState)>> {
     if let Some(found) = leaders.get(dedup) {
@@ -879,9 +919,9 @@ fn find_leader(
     let found = tx
         .prepare_cached(
             "SELECT id, state FROM tasks WHERE dedup_key = ?1 AND shared_with IS NULL
-             AND state IN ('queued', 'running') ORDER BY seq LIMIT 1",
+             AND state IN ('queued', 'running') AND seq <> ?2 ORDER BY seq LIMIT 1",
         )?
-        .query_row([dedup], |r| {
+        .query_row(params![dedup, own_seq], |r| {
             let state: String = r.get(1)?;
             Ok((r.get::<_, String>(0)?, parse_state(&state)?))
         })
@@ -890,31 +930,34 @@ fn find_leader(
 }
 
 fn state_counts(conn: &Connection, stats: &mut QueueStats) -> Result<()> {
-    let mut statement = conn.prepare_cached(
-        "SELECT state, priority, client, COUNT(*) FROM tasks GROUP BY state, priority, client",
-    )?;
+    let mut statement = conn.prepare_cached("SELECT state, COUNT(*) FROM tasks GROUP BY state")?;
     let rows = statement.query_map([], |r| {
         let state: String = r.get(0)?;
-        Ok((
-            parse_state(&state)?,
-            r.get::<_, i32>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, u64>(3)?,
-        ))
+        Ok((parse_state(&state)?, r.get::<_, u64>(1)?))
     })?;
     for row in rows {
-        let (state, priority, client, count) = row?;
+        let (state, count) = row?;
         match state {
-            TaskState::Queued => {
-                stats.queued += count;
-                *stats.queued_by_priority.entry(priority).or_default() += count;
-                *stats.queued_by_client.entry(client).or_default() += count;
-            }
+            TaskState::Queued => stats.queued += count,
             TaskState::Running => stats.running += count,
             TaskState::Done => stats.done += count,
             TaskState::Cancelled => stats.cancelled += count,
             TaskState::Timeout => stats.timeout += count,
         }
+    }
+    let mut statement = conn
+        .prepare_cached("SELECT priority, client, COUNT(*) FROM queue GROUP BY priority, client")?;
+    let rows = statement.query_map([], |r| {
+        Ok((
+            r.get::<_, i32>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, u64>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (priority, client, count) = row?;
+        *stats.queued_by_priority.entry(priority).or_default() += count;
+        *stats.queued_by_client.entry(client).or_default() += count;
     }
     Ok(())
 }

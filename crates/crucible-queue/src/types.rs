@@ -265,9 +265,11 @@ pub struct StageLatency {
 /// the store was created (they survive retention).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueueStats {
-    /// Tasks waiting to be claimed (includes in-flight duplicates waiting on their leader).
+    /// Tasks in state `queued` (includes in-flight duplicates waiting on their leader).
     pub queued: u64,
+    /// Claimable tasks by priority (duplicates waiting on a leader not included).
     pub queued_by_priority: BTreeMap<i32, u64>,
+    /// Claimable tasks by client (duplicates waiting on a leader not included).
     pub queued_by_client: BTreeMap<String, u64>,
     pub running: u64,
     pub done: u64,

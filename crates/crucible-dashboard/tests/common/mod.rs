@@ -22,8 +22,16 @@ pub const HOSTILE: &str = "# </code></pre><script>alert('pwned')</script>\n";
 /// (fixture name, candidate source, result document)
 pub fn fixtures() -> Vec<(&'static str, String, &'static str)> {
     vec![
-        ("gpu_correct", format!("{HOSTILE}{RELU_SOLUTION}"), GPU_CORRECT),
-        ("gpu_timer_tamper", RELU_SOLUTION.replace("relu", "relu_tampered"), GPU_TIMER_TAMPER),
+        (
+            "gpu_correct",
+            format!("{HOSTILE}{RELU_SOLUTION}"),
+            GPU_CORRECT,
+        ),
+        (
+            "gpu_timer_tamper",
+            RELU_SOLUTION.replace("relu", "relu_tampered"),
+            GPU_TIMER_TAMPER,
+        ),
         ("cpu_decoy", DECOY_SOURCE.to_string(), CPU_DECOY),
     ]
 }
@@ -35,7 +43,8 @@ pub fn populate(store: &Store, copies: usize) -> Vec<(String, String)> {
     for copy in 0..copies {
         for (name, source, _) in fixtures() {
             // Distinct sources so neither the cache nor duplicate sharing answers them.
-            let mut spec = TaskSpec::new("01_relu", RELU_TASK, format!("{source}\n# copy {copy}\n"));
+            let mut spec =
+                TaskSpec::new("01_relu", RELU_TASK, format!("{source}\n# copy {copy}\n"));
             spec.labels.insert("fixture".into(), name.into());
             specs.push(spec);
         }
@@ -47,9 +56,18 @@ pub fn populate(store: &Store, copies: usize) -> Vec<(String, String)> {
         versions: "test".into(),
         ..WorkerInfo::default()
     };
-    while let Some(lease) = store.claim(&worker, Duration::from_secs(60)).expect("claim") {
-        let name = lease.spec.labels["fixture"].as_str().expect("fixture label").to_string();
-        let (_, _, doc) = fixtures().into_iter().find(|(n, _, _)| *n == name).expect("fixture");
+    while let Some(lease) = store
+        .claim(&worker, Duration::from_secs(60))
+        .expect("claim")
+    {
+        let name = lease.spec.labels["fixture"]
+            .as_str()
+            .expect("fixture label")
+            .to_string();
+        let (_, _, doc) = fixtures()
+            .into_iter()
+            .find(|(n, _, _)| *n == name)
+            .expect("fixture");
         let result: serde_json::Value = serde_json::from_str(doc).expect("fixture JSON");
         assert!(store.complete(&lease, result).expect("complete"));
     }
@@ -78,7 +96,10 @@ pub fn serve(store: Arc<Store>, token: Option<&str>) -> (SocketAddr, tokio::runt
 pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n").expect("write");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
@@ -87,6 +108,9 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, Stri
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }

@@ -4,7 +4,7 @@
 use rusqlite::{OptionalExtension, Row};
 
 use super::{SqliteStore, parse_state};
-use crate::listing::{FindingSummary, Listing, TaskSummary};
+use crate::listing::{FindingSummary, FinishedCounts, Listing, TaskSummary};
 use crate::{Result, TaskSpec};
 
 const SUMMARY: &str = "SELECT id, task_name, client, state, submitted_at, finished_at, cached,
@@ -36,6 +36,22 @@ impl SqliteStore {
                 )?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             Ok(rows)
+        })
+    }
+
+    /// See [`crate::Store::finished_counts`].
+    pub fn finished_counts(&self, since: f64) -> Result<FinishedCounts> {
+        self.read(|conn| {
+            let rows = conn
+                .prepare_cached(
+                    "SELECT COALESCE(json_extract(result, '$.verdict'), state),
+                            cached OR shared_with IS NOT NULL, COUNT(*)
+                     FROM tasks WHERE finished_at IS NOT NULL AND finished_at >= ?1
+                     GROUP BY 1, 2",
+                )?
+                .query_map([since], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(FinishedCounts { rows })
         })
     }
 
@@ -82,7 +98,11 @@ fn parse_findings(text: &str) -> Vec<FindingSummary> {
             Some(FindingSummary {
                 code: item.get("code")?.as_str()?.to_string(),
                 severity: item.get("severity")?.as_str()?.to_string(),
-                message: item.get("message")?.as_str().unwrap_or_default().to_string(),
+                message: item
+                    .get("message")?
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 line: item
                     .get("line")
                     .and_then(serde_json::Value::as_u64)

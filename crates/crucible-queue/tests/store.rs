@@ -1,0 +1,896 @@
+//! One behaviour suite, run against both backends: a real SQLite file in a temp dir, and a real
+//! `redis-server` started per test on a free port (skipped, with a message, when absent).
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crucible_queue::{
+    Lease, QueueError, RetryOutcome, Store, StoreConfig, TaskSpec, TaskState, WorkerInfo, now_unix,
+};
+use serde_json::json;
+
+const REDIS_SERVER: &str = "/usr/bin/redis-server";
+
+/// A redis-server of our own, killed (by its pid) when dropped.
+struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    fn start() -> Option<RedisServer> {
+        if !Path::new(REDIS_SERVER).exists() {
+            eprintln!("SKIPPED: {REDIS_SERVER} is absent, the Redis backend is not tested");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let child = spawn_redis(dir.path(), port);
+        let server = RedisServer { child, port, dir };
+        server.wait_ready();
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn wait_ready(&self) {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < give_up {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not listen on port {}", self.port);
+    }
+
+    /// Stops the server (SIGKILL after its append-only file is synced) and starts it again on the
+    /// same port and directory.
+    fn restart(&mut self) {
+        self.child.kill().expect("kill redis-server");
+        self.child.wait().expect("reap redis-server");
+        self.child = spawn_redis(self.dir.path(), self.port);
+        self.wait_ready();
+        // Loading the append-only file happens after the port opens: wait for PING.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let client = ::redis::Client::open(self.url()).expect("client");
+        while Instant::now() < give_up {
+            if let Ok(mut con) = client.get_connection()
+                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not come back");
+    }
+}
+
+fn spawn_redis(dir: &Path, port: u16) -> Child {
+    Command::new(REDIS_SERVER)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start redis-server")
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// A backend to open stores on; what keeps it alive (temp dir, server) lives here.
+enum Fixture {
+    Sqlite(tempfile::TempDir),
+    Redis(RedisServer),
+}
+
+impl Fixture {
+    fn sqlite() -> Option<Fixture> {
+        Some(Fixture::Sqlite(tempfile::tempdir().expect("temp dir")))
+    }
+
+    fn redis() -> Option<Fixture> {
+        RedisServer::start().map(Fixture::Redis)
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Fixture::Sqlite(dir) => format!("sqlite://{}/queue.db", dir.path().display()),
+            Fixture::Redis(server) => server.url(),
+        }
+    }
+
+    fn open(&self) -> Store {
+        self.open_with(StoreConfig::default())
+    }
+
+    fn open_with(&self, config: StoreConfig) -> Store {
+        Store::open_with(&self.url(), config).expect("open store")
+    }
+}
+
+fn spec(name: &str, client: &str, priority: i32) -> TaskSpec {
+    let mut spec = TaskSpec::new(name, format!("task {name}"), format!("candidate {name}"));
+    spec.client = client.to_string();
+    spec.priority = priority;
+    spec
+}
+
+fn worker(id: &str) -> WorkerInfo {
+    WorkerInfo {
+        id: id.to_string(),
+        device: "cpu".into(),
+        gpu_model: None,
+        versions: "test-versions-1".into(),
+        current_task: None,
+        stage: None,
+    }
+}
+
+fn result(verdict: &str, stages: &[(&str, f64)]) -> serde_json::Value {
+    let stages: Vec<_> = stages
+        .iter()
+        .map(|(name, d)| json!({"name": name, "status": "ok", "duration_s": d}))
+        .collect();
+    json!({"schema": "crucible.result/1", "verdict": verdict, "stages": stages})
+}
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn claim(store: &Store, who: &str) -> Option<Lease> {
+    store.claim(&worker(who), LEASE).expect("claim")
+}
+
+fn state_of(store: &Store, id: &str) -> TaskState {
+    store.task(id).expect("task").expect("known task").state
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn submit_claim_complete(f: &Fixture) {
+    let store = f.open();
+    let mut s = spec("01_relu", "alice", 0);
+    s.labels.insert("step".into(), json!(7));
+    let ids = store.submit(Some("b1"), vec![s.clone()]).unwrap();
+    assert_eq!(ids.len(), 1);
+    let record = store.task(&ids[0]).unwrap().unwrap();
+    assert_eq!(record.state, TaskState::Queued);
+    assert_eq!(record.labels["step"], json!(7));
+    let lease = claim(&store, "w1").expect("a task");
+    assert_eq!(lease.task_id, ids[0]);
+    assert_eq!(lease.spec, s);
+    assert_eq!(lease.attempt, 1);
+    assert_eq!(state_of(&store, &ids[0]), TaskState::Running);
+    assert!(claim(&store, "w2").is_none(), "only one task was queued");
+    assert!(store.renew(&lease, LEASE).unwrap());
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    assert!(
+        !store.complete(&lease, result("correct", &[])).unwrap(),
+        "twice"
+    );
+    let done = store.task(&ids[0]).unwrap().unwrap();
+    assert_eq!(done.state, TaskState::Done);
+    assert_eq!(done.result.unwrap()["verdict"], "correct");
+    assert_eq!(done.worker.as_deref(), Some("w1"));
+    assert!(done.finished_at.is_some() && done.started_at.is_some());
+    assert_eq!(store.batch("b1").unwrap().len(), 1);
+    assert!(store.task("no-such-task").unwrap().is_none());
+    let both = store
+        .tasks(&[ids[0].clone(), "no-such-task".into(), ids[0].clone()])
+        .unwrap();
+    assert_eq!(both.len(), 2, "unknown ids are left out");
+    assert!(store.batch("no-such-batch").unwrap().is_empty());
+    assert!(store.tasks(&[]).unwrap().is_empty());
+    assert!(both.iter().all(|r| r.id == ids[0]));
+    assert!(
+        !store.renew(&lease, LEASE).unwrap(),
+        "a finished task's lease is stale"
+    );
+}
+
+fn priorities_and_fair_share(f: &Fixture) {
+    let store = f.open();
+    // alice floods priority 0 first; bob submits later; one urgent task at priority 5.
+    let alice: Vec<_> = (0..6).map(|i| spec(&format!("a{i}"), "alice", 0)).collect();
+    store.submit(None, alice).unwrap();
+    let bob: Vec<_> = (0..3).map(|i| spec(&format!("b{i}"), "bob", 0)).collect();
+    store.submit(None, bob).unwrap();
+    store
+        .submit(None, vec![spec("urgent", "carol", 5)])
+        .unwrap();
+    let mut order = Vec::new();
+    while let Some(lease) = claim(&store, "w") {
+        order.push(lease.spec.task_name.clone());
+        // Complete at once: nobody has anything in flight, so fairness is by last served.
+        assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    }
+    assert_eq!(order[0], "urgent", "{order:?}");
+    // alice and bob alternate while both have work, each in submission order.
+    assert_eq!(
+        &order[1..7],
+        &["a0", "b0", "a1", "b1", "a2", "b2"].map(String::from),
+        "{order:?}"
+    );
+    assert_eq!(&order[7..], &["a3", "a4", "a5"].map(String::from));
+}
+
+fn fewest_in_flight_first(f: &Fixture) {
+    let store = f.open();
+    store
+        .submit(
+            None,
+            (0..4).map(|i| spec(&format!("a{i}"), "alice", 0)).collect(),
+        )
+        .unwrap();
+    store
+        .submit(
+            None,
+            (0..4).map(|i| spec(&format!("b{i}"), "bob", 0)).collect(),
+        )
+        .unwrap();
+    // Four workers claim without completing: two tasks each, never three of one client.
+    let clients: Vec<String> = (0..4)
+        .map(|i| claim(&store, &format!("w{i}")).unwrap().spec.client)
+        .collect();
+    let alice = clients.iter().filter(|c| *c == "alice").count();
+    assert_eq!(alice, 2, "{clients:?}");
+}
+
+fn lease_expiry_redelivers_and_refuses_stale_complete(f: &Fixture) {
+    let store = f.open();
+    let ids = store.submit(None, vec![spec("t", "c", 0)]).unwrap();
+    let dead = store
+        .claim(&worker("dead"), Duration::from_millis(50))
+        .unwrap()
+        .unwrap();
+    assert!(claim(&store, "other").is_none(), "leased, not claimable");
+    std::thread::sleep(Duration::from_millis(120));
+    let report = store.sweep(now_unix()).unwrap();
+    assert_eq!(report.requeued, 1, "{report:?}");
+    let alive = claim(&store, "alive").expect("re-delivered");
+    assert_eq!(alive.task_id, ids[0]);
+    assert_eq!(alive.attempt, 2);
+    assert_ne!(alive.token, dead.token);
+    assert!(!store.renew(&dead, LEASE).unwrap(), "stale renew");
+    assert!(
+        !store.complete(&dead, result("incorrect", &[])).unwrap(),
+        "stale"
+    );
+    assert!(store.complete(&alive, result("correct", &[])).unwrap());
+    let done = store.task(&ids[0]).unwrap().unwrap();
+    assert_eq!(done.result.unwrap()["verdict"], "correct");
+    assert_eq!(done.attempts, 2);
+    assert_eq!(store.stats().unwrap().evaluations_completed, 1);
+}
+
+fn claim_reclaims_expired_leases_by_itself(f: &Fixture) {
+    let store = f.open();
+    let ids = store.submit(None, vec![spec("t", "c", 0)]).unwrap();
+    store
+        .claim(&worker("dead"), Duration::from_millis(50))
+        .unwrap()
+        .unwrap();
+    // No sweep: a fresh handle's first claim looks for expired leases itself.
+    std::thread::sleep(Duration::from_millis(120));
+    let other = f.open();
+    let lease = claim(&other, "alive").expect("re-delivered without a sweep");
+    assert_eq!(lease.task_id, ids[0]);
+}
+
+fn cancel(f: &Fixture) {
+    let store = f.open();
+    let ids = store
+        .submit(None, vec![spec("a", "c", 0), spec("b", "c", 0)])
+        .unwrap();
+    assert!(store.cancel(&ids[0]).unwrap());
+    assert!(!store.cancel(&ids[0]).unwrap(), "already cancelled");
+    assert!(!store.cancel("unknown").unwrap());
+    let lease = claim(&store, "w").unwrap();
+    assert_eq!(
+        lease.task_id, ids[1],
+        "the cancelled task is never delivered"
+    );
+    assert!(
+        store.cancel(&ids[1]).unwrap(),
+        "running tasks can be cancelled"
+    );
+    assert!(!store.complete(&lease, result("correct", &[])).unwrap());
+    assert_eq!(state_of(&store, &ids[1]), TaskState::Cancelled);
+    assert!(claim(&store, "w").is_none());
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.cancelled, stats.queued, stats.running), (2, 0, 0));
+}
+
+fn deadline_gives_timeout_result(f: &Fixture) {
+    let store = f.open();
+    let mut queued = spec("queued", "c", 0);
+    queued.deadline_s = Some(0.05);
+    let mut running = spec("running", "c", 1);
+    running.deadline_s = Some(0.05);
+    let ids = store.submit(None, vec![queued, running]).unwrap();
+    let lease = claim(&store, "w").unwrap();
+    assert_eq!(lease.task_id, ids[1]);
+    assert!(lease.deadline_at.is_some());
+    std::thread::sleep(Duration::from_millis(100));
+    let report = store.sweep(now_unix()).unwrap();
+    assert_eq!(report.timed_out, 2, "{report:?}");
+    for id in &ids {
+        let record = store.task(id).unwrap().unwrap();
+        assert_eq!(record.state, TaskState::Timeout);
+        let doc = record.result.expect("a timeout has a result document");
+        let parsed: crucible_result::EvalResult = serde_json::from_value(doc).unwrap();
+        assert_eq!(parsed.verdict, crucible_result::Verdict::Timeout);
+        let failure = parsed.failure.unwrap();
+        assert_eq!(failure.class, crucible_result::FailureClass::Timeout);
+        assert!(failure.message.contains("deadline"), "{}", failure.message);
+    }
+    assert!(
+        !store.complete(&lease, result("correct", &[])).unwrap(),
+        "too late"
+    );
+    assert_eq!(store.stats().unwrap().verdicts["timeout"], 2);
+}
+
+fn overdue_task_is_never_delivered(f: &Fixture) {
+    let store = f.open();
+    let mut s = spec("late", "c", 0);
+    s.deadline_s = Some(0.01);
+    let ids = store.submit(None, vec![s]).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    assert!(
+        claim(&store, "w").is_none(),
+        "past its deadline before any sweep"
+    );
+    assert_eq!(state_of(&store, &ids[0]), TaskState::Timeout);
+}
+
+fn retries_end_in_infra_error(f: &Fixture) {
+    let store = f.open();
+    let ids = store.submit(None, vec![spec("flaky", "c", 0)]).unwrap();
+    for attempt in 1..=2 {
+        let lease = claim(&store, "w").unwrap();
+        assert_eq!(lease.attempt, attempt);
+        assert_eq!(
+            store.retry(&lease, "harness died").unwrap(),
+            RetryOutcome::Requeued
+        );
+        assert_eq!(store.retry(&lease, "again").unwrap(), RetryOutcome::Refused);
+        assert_eq!(state_of(&store, &ids[0]), TaskState::Queued);
+    }
+    let last = claim(&store, "w").unwrap();
+    assert_eq!(last.attempt, 3);
+    assert_eq!(
+        store.retry(&last, "harness died").unwrap(),
+        RetryOutcome::Exhausted
+    );
+    let record = store.task(&ids[0]).unwrap().unwrap();
+    assert_eq!(record.state, TaskState::Done);
+    let doc: crucible_result::EvalResult = serde_json::from_value(record.result.unwrap()).unwrap();
+    assert_eq!(doc.verdict, crucible_result::Verdict::InfraError);
+    assert!(doc.failure.unwrap().message.contains("harness died"));
+    assert!(claim(&store, "w").is_none());
+    // An infra_error is never cached: an identical task is evaluated again.
+    let again = store.submit(None, vec![spec("flaky", "c", 0)]).unwrap();
+    assert_eq!(state_of(&store, &again[0]), TaskState::Queued);
+}
+
+fn expired_leases_count_as_attempts(f: &Fixture) {
+    let store = f.open();
+    let ids = store.submit(None, vec![spec("poison", "c", 0)]).unwrap();
+    for _ in 0..3 {
+        store
+            .claim(&worker("w"), Duration::from_millis(20))
+            .unwrap()
+            .expect("delivered");
+        std::thread::sleep(Duration::from_millis(40));
+        store.sweep(now_unix()).unwrap();
+    }
+    let record = store.task(&ids[0]).unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        TaskState::Done,
+        "a task that kills workers ends"
+    );
+    assert_eq!(record.result.unwrap()["verdict"], "infra_error");
+}
+
+fn cache_hit_on_resubmit(f: &Fixture) {
+    let store = f.open();
+    let w = worker("w");
+    store.heartbeat(&w).unwrap();
+    let first = store.submit(None, vec![spec("t", "c", 0)]).unwrap();
+    let lease = store.claim(&w, LEASE).unwrap().unwrap();
+    assert!(
+        store
+            .complete(&lease, result("correct", &[("verify", 0.5)]))
+            .unwrap()
+    );
+    let again = store
+        .submit(None, vec![spec("t", "other-client", 3)])
+        .unwrap();
+    let record = store.task(&again[0]).unwrap().unwrap();
+    assert_eq!(record.state, TaskState::Done, "answered at submit");
+    assert!(record.cached);
+    assert_eq!(record.result.unwrap()["verdict"], "correct");
+    let mut no_cache = spec("t", "c", 0);
+    no_cache.cache = false;
+    let fresh = store.submit(None, vec![no_cache]).unwrap();
+    assert_eq!(state_of(&store, &fresh[0]), TaskState::Queued);
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.cache_hits, 1);
+    assert_eq!(stats.verdicts["correct"], 2);
+    assert_eq!(stats.evaluations_completed, 1);
+    assert_ne!(first[0], again[0]);
+}
+
+fn claim_answers_from_cache_when_result_appeared(f: &Fixture) {
+    let store = f.open();
+    // No live worker at submit, so no cache lookup: both identical tasks queue (the first
+    // opted out of caching, so the second does not follow it)...
+    let mut a = spec("t", "c", 0);
+    a.cache = false;
+    let ids = store.submit(None, vec![a, spec("t", "c", 0)]).unwrap();
+    assert_eq!(state_of(&store, &ids[1]), TaskState::Queued);
+    // ...the uncached one runs and fills the cache; the second is answered when claimed.
+    let lease = claim(&store, "w").unwrap();
+    assert_eq!(lease.task_id, ids[0]);
+    assert!(store.complete(&lease, result("incorrect", &[])).unwrap());
+    assert!(
+        claim(&store, "w").is_none(),
+        "answered from the cache instead"
+    );
+    let record = store.task(&ids[1]).unwrap().unwrap();
+    assert!(record.cached);
+    assert_eq!(record.result.unwrap()["verdict"], "incorrect");
+}
+
+fn in_flight_duplicate_shares_one_evaluation(f: &Fixture) {
+    let store = f.open();
+    let ids = store
+        .submit(None, vec![spec("t", "alice", 0), spec("t", "alice", 0)])
+        .unwrap();
+    let later = store.submit(None, vec![spec("t", "bob", 0)]).unwrap();
+    let follower = store.task(&ids[1]).unwrap().unwrap();
+    assert_eq!(follower.shared_with.as_deref(), Some(ids[0].as_str()));
+    let lease = claim(&store, "w").unwrap();
+    assert_eq!(lease.task_id, ids[0]);
+    assert!(
+        claim(&store, "w").is_none(),
+        "duplicates are never delivered"
+    );
+    assert_eq!(
+        state_of(&store, &later[0]),
+        TaskState::Running,
+        "mirrors its leader"
+    );
+    assert!(
+        store
+            .complete(&lease, result("correct", &[("timing", 2.0)]))
+            .unwrap()
+    );
+    for id in [&ids[1], &later[0]] {
+        let record = store.task(id).unwrap().unwrap();
+        assert_eq!(record.state, TaskState::Done);
+        assert_eq!(record.result.unwrap()["verdict"], "correct");
+    }
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.duplicates_shared, 2);
+    assert_eq!(stats.evaluations_completed, 1);
+    assert_eq!(stats.stages["timing"].count, 1);
+}
+
+fn cancelled_leader_releases_its_duplicates(f: &Fixture) {
+    let store = f.open();
+    let ids = store
+        .submit(
+            None,
+            vec![spec("t", "c", 0), spec("t", "c", 0), spec("t", "c", 0)],
+        )
+        .unwrap();
+    assert!(store.cancel(&ids[0]).unwrap());
+    let lease = claim(&store, "w").expect("a follower takes over");
+    assert_eq!(lease.task_id, ids[1]);
+    assert!(claim(&store, "w").is_none());
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    assert_eq!(state_of(&store, &ids[2]), TaskState::Done);
+    assert_eq!(state_of(&store, &ids[0]), TaskState::Cancelled);
+}
+
+fn retention_drops_old_finished_tasks(f: &Fixture) {
+    let config = StoreConfig {
+        retention: Duration::from_secs(3600),
+        ..StoreConfig::default()
+    };
+    let store = f.open_with(config);
+    let ids = store
+        .submit(None, vec![spec("done", "c", 0), spec("waiting", "c", 0)])
+        .unwrap();
+    let lease = claim(&store, "w").unwrap();
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    let report = store.sweep(now_unix() + 1800.0).unwrap();
+    assert_eq!(report.purged, 0, "not old enough yet");
+    let report = store.sweep(now_unix() + 7200.0).unwrap();
+    assert_eq!(report.purged, 1, "{report:?}");
+    assert!(store.task(&ids[0]).unwrap().is_none());
+    assert_eq!(
+        state_of(&store, &ids[1]),
+        TaskState::Queued,
+        "unfinished tasks stay"
+    );
+    // The cached result went with it: an identical task is evaluated again.
+    store.heartbeat(&worker("w")).unwrap();
+    let again = store.submit(None, vec![spec("done", "c", 0)]).unwrap();
+    assert_eq!(state_of(&store, &again[0]), TaskState::Queued);
+    assert_eq!(
+        store.stats().unwrap().verdicts["correct"],
+        1,
+        "totals survive"
+    );
+}
+
+fn reopen_loses_nothing(f: &Fixture) {
+    let (queued, done) = {
+        let store = f.open();
+        let ids = store
+            .submit(Some("keep"), vec![spec("a", "c", 0), spec("b", "c", 0)])
+            .unwrap();
+        let lease = claim(&store, "w").unwrap();
+        assert!(store.complete(&lease, result("correct", &[])).unwrap());
+        (ids[1].clone(), ids[0].clone())
+    };
+    // A new handle, as a restarted process opens it (the Redis server itself restarting is
+    // `redis_restart`).
+    let store = f.open();
+    assert_eq!(state_of(&store, &done), TaskState::Done);
+    assert_eq!(store.batch("keep").unwrap().len(), 2);
+    let lease = claim(&store, "w").expect("the queued task survived");
+    assert_eq!(lease.task_id, queued);
+}
+
+fn redis_server_restart_loses_nothing() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let (queued, done) = {
+        let store = Store::open(&server.url()).unwrap();
+        let ids = store
+            .submit(Some("keep"), vec![spec("a", "c", 0), spec("b", "c", 0)])
+            .unwrap();
+        let lease = claim(&store, "w").unwrap();
+        assert!(store.complete(&lease, result("correct", &[])).unwrap());
+        (ids[1].clone(), ids[0].clone())
+    };
+    server.restart();
+    let store = Store::open(&server.url()).unwrap();
+    assert_eq!(state_of(&store, &done), TaskState::Done);
+    let lease = claim(&store, "w").expect("the queued task survived");
+    assert_eq!(lease.task_id, queued);
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+}
+
+fn batch_of_10k(f: &Fixture) {
+    let store = f.open();
+    let specs: Vec<_> = (0..10_000)
+        .map(|i| spec(&format!("t{i}"), &format!("client{}", i % 7), i % 3))
+        .collect();
+    let started = Instant::now();
+    let ids = store.submit(Some("big"), specs).unwrap();
+    let took = started.elapsed();
+    eprintln!("{}: 10k submit in {took:?}", store.backend());
+    assert_eq!(ids.len(), 10_000);
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 10_000);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.queued, 10_000);
+    assert_eq!(stats.queued_by_priority[&2], 3_333);
+    assert_eq!(stats.queued_by_client["client0"], 1_429);
+    let batch = store.batch("big").unwrap();
+    assert_eq!(batch.len(), 10_000);
+    assert_eq!(batch[0].id, ids[0]);
+    assert_eq!(batch[9_999].id, ids[9_999]);
+    assert_eq!(claim(&store, "w").unwrap().spec.priority, 2);
+}
+
+fn concurrent_claimers_never_share_a_task(f: &Fixture) {
+    const TASKS: usize = 400;
+    let store = f.open();
+    let specs: Vec<_> = (0..TASKS)
+        .map(|i| spec(&format!("t{i}"), &format!("c{}", i % 3), (i % 2) as i32))
+        .collect();
+    store.submit(None, specs).unwrap();
+    // Four threads, each with its own store handle (its own connection, as separate processes
+    // have), claim and complete until the queue is empty.
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let store = Arc::new(f.open());
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                while let Some(lease) = claim(&store, &format!("w{t}")) {
+                    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+                    mine.push(lease.task_id);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for handle in handles {
+        all.extend(handle.join().expect("claimer thread"));
+    }
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), TASKS, "every task claimed once");
+    assert_eq!(unique.len(), TASKS, "no task claimed twice");
+    assert_eq!(store.stats().unwrap().done, TASKS as u64);
+}
+
+fn workers_heartbeats_and_restarts(f: &Fixture) {
+    let store = f.open();
+    let mut w = worker("host:cuda:0");
+    w.current_task = Some("t1".into());
+    w.stage = Some("timing".into());
+    store.heartbeat(&w).unwrap();
+    store.note_restart("host:cuda:0").unwrap();
+    store.note_restart("host:cuda:0").unwrap();
+    store.note_restart("host:cuda:1").unwrap();
+    let workers = store.workers().unwrap();
+    assert_eq!(workers.len(), 2);
+    let first = workers.iter().find(|w| w.id == "host:cuda:0").unwrap();
+    assert_eq!(first.restarts, 2);
+    assert_eq!(first.stage.as_deref(), Some("timing"));
+    assert!(first.last_seen > 0.0);
+    assert_eq!(store.stats().unwrap().worker_restarts, 3);
+}
+
+fn stage_latencies_and_verdicts(f: &Fixture) {
+    let store = f.open();
+    store
+        .submit(None, vec![spec("a", "c", 0), spec("b", "c", 0)])
+        .unwrap();
+    let l1 = claim(&store, "w").unwrap();
+    let l2 = claim(&store, "w").unwrap();
+    let r1 = result("correct", &[("verify", 0.25), ("timing", 1.0)]);
+    let r2 = result("compile_error", &[("verify", 0.5)]);
+    assert!(store.complete(&l1, r1).unwrap());
+    assert!(store.complete(&l2, r2).unwrap());
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.stages["verify"].count, 2);
+    assert!((stats.stages["verify"].sum_s - 0.75).abs() < 1e-9);
+    assert_eq!(stats.stages["timing"].count, 1);
+    assert_eq!(stats.verdicts["correct"], 1);
+    assert_eq!(stats.verdicts["compile_error"], 1);
+    assert_eq!(stats.done, 2);
+}
+
+fn wait_terminal_returns_when_done(f: &Fixture) {
+    let store = Arc::new(f.open());
+    let ids = store.submit(None, vec![spec("a", "c", 0)]).unwrap();
+    let timed = Instant::now();
+    let records = store
+        .wait_terminal(&ids, Duration::from_millis(100))
+        .unwrap();
+    assert_eq!(records[0].state, TaskState::Queued, "timed out waiting");
+    assert!(timed.elapsed() >= Duration::from_millis(100));
+    let worker_store = Arc::new(f.open());
+    let finisher = std::thread::spawn(move || {
+        let lease = claim(&worker_store, "w").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            worker_store
+                .complete(&lease, result("correct", &[]))
+                .unwrap()
+        );
+    });
+    let records = store.wait_terminal(&ids, Duration::from_secs(10)).unwrap();
+    assert_eq!(records[0].state, TaskState::Done);
+    finisher.join().unwrap();
+}
+
+/// Set in a child process started by the multi-process tests: what to do, on which store.
+const CHILD_ROLE: &str = "CRUCIBLE_QUEUE_TEST_ROLE";
+const CHILD_URL: &str = "CRUCIBLE_QUEUE_TEST_URL";
+const CHILD_OUT: &str = "CRUCIBLE_QUEUE_TEST_OUT";
+
+/// Starts this test binary again as a child running `child_entry` with a role.
+fn spawn_child(role: &str, url: &str, out: &Path) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "child_entry",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ROLE, role)
+        .env(CHILD_URL, url)
+        .env(CHILD_OUT, out)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start child test process")
+}
+
+/// The child side of the multi-process tests (run only by `spawn_child`).
+#[test]
+#[ignore = "entry point of the child processes that the multi-process tests start"]
+fn child_entry() {
+    let role = std::env::var(CHILD_ROLE).expect("started by spawn_child");
+    let store = Store::open(&std::env::var(CHILD_URL).unwrap()).unwrap();
+    let out = std::env::var(CHILD_OUT).unwrap();
+    let me = format!("pid{}", std::process::id());
+    match role.as_str() {
+        // Claims and completes until the queue is empty; writes the task ids it completed.
+        "drain" => {
+            // Start together: wait for the parent's `go` file next to our output.
+            let go = Path::new(&out).with_file_name("go");
+            while !go.exists() {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut mine = Vec::new();
+            while let Some(lease) = claim(&store, &me) {
+                assert!(store.complete(&lease, result("correct", &[])).unwrap());
+                mine.push(lease.task_id);
+            }
+            std::fs::write(&out, mine.join("\n")).unwrap();
+        }
+        // Claims one task with a short lease, says which, and hangs until killed.
+        "claim_and_hang" => {
+            let lease = store
+                .claim(&worker(&me), Duration::from_millis(300))
+                .unwrap()
+                .unwrap();
+            std::fs::write(&out, &lease.task_id).unwrap();
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn two_processes_never_claim_the_same_task(f: &Fixture) {
+    const TASKS: usize = 300;
+    let store = f.open();
+    let specs: Vec<_> = (0..TASKS)
+        .map(|i| spec(&format!("t{i}"), &format!("c{}", i % 3), (i % 2) as i32))
+        .collect();
+    let ids: HashSet<String> = store.submit(None, specs).unwrap().into_iter().collect();
+    let dir = tempfile::tempdir().unwrap();
+    let outs: Vec<_> = (0..2).map(|i| dir.path().join(format!("out{i}"))).collect();
+    let children: Vec<_> = outs
+        .iter()
+        .map(|out| spawn_child("drain", &f.url(), out))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "child failed");
+    }
+    let mut all = Vec::new();
+    for out in &outs {
+        let text = std::fs::read_to_string(out).unwrap();
+        let mine: Vec<String> = text.lines().map(String::from).collect();
+        assert!(!mine.is_empty(), "both processes got work");
+        all.extend(mine);
+    }
+    assert_eq!(all.len(), TASKS, "every task completed once");
+    assert_eq!(
+        all.into_iter().collect::<HashSet<_>>(),
+        ids,
+        "no task twice"
+    );
+}
+
+fn killed_worker_process_task_completes_once(f: &Fixture) {
+    let store = f.open();
+    let ids = store.submit(None, vec![spec("t", "c", 0)]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("claimed");
+    let mut child = spawn_child("claim_and_hang", &f.url(), &out);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&out).map_or(true, |t| t.is_empty()) {
+        assert!(Instant::now() < give_up, "child never claimed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), ids[0]);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(
+        claim(&store, "survivor").is_none(),
+        "the dead worker's lease still holds"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(store.sweep(now_unix()).unwrap().requeued, 1);
+    let lease = claim(&store, "survivor").expect("re-delivered");
+    assert_eq!(
+        (lease.task_id.as_str(), lease.attempt),
+        (ids[0].as_str(), 2)
+    );
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    assert!(claim(&store, "survivor").is_none());
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.done, stats.evaluations_completed), (1, 1));
+}
+
+fn bad_urls_are_refused() {
+    for url in ["postgres://x", "sqlite://", "queue.db"] {
+        assert!(
+            matches!(Store::open(url), Err(QueueError::BadUrl(_))),
+            "{url}"
+        );
+    }
+}
+
+#[test]
+fn unknown_urls() {
+    bad_urls_are_refused();
+}
+
+#[test]
+fn redis_restart() {
+    redis_server_restart_loses_nothing();
+}
+
+/// Runs each named scenario against a fresh fixture of each backend.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() {
+                if let Some(fixture) = super::Fixture::sqlite() { super::$name(&fixture) }
+            } )*
+        }
+        mod redis {
+            $( #[test] fn $name() {
+                if let Some(fixture) = super::Fixture::redis() { super::$name(&fixture) }
+            } )*
+        }
+    };
+}
+
+suite!(
+    submit_claim_complete,
+    priorities_and_fair_share,
+    fewest_in_flight_first,
+    lease_expiry_redelivers_and_refuses_stale_complete,
+    claim_reclaims_expired_leases_by_itself,
+    cancel,
+    deadline_gives_timeout_result,
+    overdue_task_is_never_delivered,
+    retries_end_in_infra_error,
+    expired_leases_count_as_attempts,
+    cache_hit_on_resubmit,
+    claim_answers_from_cache_when_result_appeared,
+    in_flight_duplicate_shares_one_evaluation,
+    cancelled_leader_releases_its_duplicates,
+    retention_drops_old_finished_tasks,
+    reopen_loses_nothing,
+    batch_of_10k,
+    concurrent_claimers_never_share_a_task,
+    workers_heartbeats_and_restarts,
+    stage_latencies_and_verdicts,
+    wait_terminal_returns_when_done,
+    two_processes_never_claim_the_same_task,
+    killed_worker_process_task_completes_once,
+);
