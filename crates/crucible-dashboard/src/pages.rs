@@ -20,6 +20,8 @@ pub fn layout(title: &str, live: bool, body: Markup) -> Markup {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · crucible" }
+                // No favicon request (a 404 in every browser console).
+                link rel="icon" href="data:,";
                 link rel="stylesheet" href="/dashboard/assets/dashboard.css";
                 script src="/dashboard/assets/dashboard.js" defer {}
             }
