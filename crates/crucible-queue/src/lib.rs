@@ -15,6 +15,7 @@
 //! A [`Store`] is `Send + Sync`: share one behind an `Arc` and call it from blocking threads.
 
 mod content;
+mod listing;
 mod redis_lua;
 mod redis_store;
 mod sqlite;
@@ -23,6 +24,7 @@ mod types;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use content::{cache_key, dedup_key, infra_error_result, timeout_result};
+pub use listing::{FindingSummary, FinishedCounts, Listing, TaskSummary};
 pub use redis_store::RedisStore;
 pub use sqlite::SqliteStore;
 pub use types::*;
@@ -44,6 +46,9 @@ pub enum QueueError {
     /// The stored data contradicts itself (e.g. an unknown state string).
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The backend cannot do this operation.
+    #[error("not supported by this backend: {0}")]
+    Unsupported(&'static str),
     #[error("creating the store's directory {path}: {source}")]
     Io {
         path: String,

@@ -5,6 +5,8 @@
 //! however many tasks wait. Every write runs in a `BEGIN IMMEDIATE` transaction: SQLite
 //! serializes them across processes, which is what makes a claim and a complete atomic.
 
+mod listing;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -53,6 +55,9 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_at) WHERE finished_a
 CREATE INDEX IF NOT EXISTS tasks_dedup ON tasks(dedup_key)
     WHERE dedup_key IS NOT NULL AND shared_with IS NULL AND state IN ('queued', 'running');
 CREATE INDEX IF NOT EXISTS tasks_followers ON tasks(shared_with) WHERE shared_with IS NOT NULL;
+-- The dashboard's verdict counts of a time window, answered from the index alone.
+CREATE INDEX IF NOT EXISTS tasks_finished_verdict ON tasks(finished_at, json_extract(result, '$.verdict'), state, cached, shared_with)
+    WHERE finished_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS queue (
     priority INTEGER NOT NULL,
     client TEXT NOT NULL,
