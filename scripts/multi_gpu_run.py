@@ -1,0 +1,175 @@
+"""The multi-GPU run (issue: one worker per GPU, scaling and fault tolerance), driven over the
+service's HTTP API the way a user would. Called by scripts/multi-gpu-run, which starts the
+servers; this file submits, waits, kills, and reports.
+
+    python3 multi_gpu_run.py submit URL SET_DIR SCALE TAG   -> batch id on stdout
+    python3 multi_gpu_run.py wait URL BATCH [--kill-worker-of PID --kill-after N]
+    python3 multi_gpu_run.py report RESULTS.json...
+
+The candidate set is the one `crucible bench-throughput --write-set DIR` writes: DIR/manifest.jsonl
+with task_name, task_file and candidate_file per line. Each of the SCALE copies gets a comment
+line of its own, so no copy is answered from the result cache or shared with another in flight:
+every submission is a real evaluation (the reference-timing cache still applies, per task)."""
+
+import json
+import os
+import signal
+import statistics
+import sys
+import time
+import urllib.request
+
+
+def call(url, method="GET", body=None, timeout=330):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def submit(base, set_dir, scale, tag):
+    tasks = []
+    with open(os.path.join(set_dir, "manifest.jsonl")) as manifest:
+        entries = [json.loads(line) for line in manifest if line.strip()]
+    for copy in range(int(scale)):
+        for n, entry in enumerate(entries):
+            task = open(os.path.join(set_dir, entry["task_file"])).read()
+            candidate = open(os.path.join(set_dir, entry["candidate_file"])).read()
+            tasks.append(
+                {
+                    "task_name": entry["task_name"],
+                    "task_source": task,
+                    "candidate_source": f"{candidate}\n# {tag} copy {copy}\n",
+                    "labels": {"candidate": entry["candidate_file"], "copy": copy, "kind": entry.get("kind", "")},
+                }
+            )
+    answer = call(f"{base}/v1/batches", "POST", {"tasks": tasks, "client": tag})
+    print(answer["batch_id"])
+
+
+def worker_of(parent):
+    """The pid of a `crucible worker` process whose parent is `parent` (a serve or a shell)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == int(parent) and b"worker" in cmdline:
+            return int(entry)
+    raise SystemExit(f"no worker process under pid {parent}")
+
+
+def wait(base, batch, kill_parent=None, kill_after=None):
+    """Polls the batch until every task is terminal; optionally kill -9 one worker (a child of
+    `kill_parent`) once `kill_after` tasks are done. Writes the batch as JSON to stdout."""
+    started = time.time()
+    killed = None
+    while True:
+        view = call(f"{base}/v1/batches/{batch}")
+        done = sum(1 for t in view["tasks"] if t["state"] in ("done", "cancelled", "timeout"))
+        if kill_parent and killed is None and done >= int(kill_after):
+            pid = worker_of(kill_parent)
+            running = [t for t in view["tasks"] if t["state"] == "running"]
+            os.kill(pid, signal.SIGKILL)
+            killed = {"pid": pid, "at_done": done, "running_then": len(running), "t": time.time() - started}
+            print(f"killed worker pid {pid} with -9 after {done} done, {len(running)} running", file=sys.stderr)
+        if view["finished"]:
+            break
+        time.sleep(1.0)
+    view["wall_s"] = time.time() - started
+    view["killed"] = killed
+    view["metrics"] = urllib.request.urlopen(f"{base}/metrics", timeout=30).read().decode()
+    json.dump(view, sys.stdout)
+
+
+def summarize(path):
+    view = json.load(open(path))
+    tasks = view["tasks"]
+    verdicts = {}
+    for t in tasks:
+        verdict = (t.get("result") or {}).get("verdict", t["state"])
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    evaluated = [t for t in tasks if not t["cached"] and not t["shared_with"]]
+    first = min(t["submitted_at"] for t in tasks)
+    last = max(t["finished_at"] or 0 for t in tasks)
+    span = last - first
+    return {
+        "name": os.path.basename(path).removesuffix(".json"),
+        "tasks": len(tasks),
+        "evaluated": len(evaluated),
+        "results": sum(1 for t in tasks if t.get("result")),
+        "attempts_over_1": sum(1 for t in tasks if t["attempts"] > 1),
+        "infra_error": verdicts.get("infra_error", 0),
+        "span_s": span,
+        "per_hour": len(evaluated) / span * 3600 if span > 0 else float("nan"),
+        "verdicts": verdicts,
+        "killed": view.get("killed"),
+        "speedups": {
+            (t["labels"]["candidate"], t["labels"]["copy"]): t["result"]["speedup"]
+            for t in tasks
+            if t.get("result") and t["result"].get("speedup")
+        },
+        "evaluations_metric": metric(view.get("metrics", ""), "crucible_evaluations_completed_total"),
+    }
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            try:
+                return float(line.split()[-1])
+            except ValueError:
+                return None
+    return None
+
+
+def agreement(a, b):
+    """Speedup difference in percent between two runs over the same (candidate, copy) keys."""
+    diffs = [abs(a[k] - b[k]) / b[k] * 100 for k in a.keys() & b.keys() if b[k] > 0]
+    if not diffs:
+        return "n/a"
+    return f"median {statistics.median(diffs):.1f}%, worst {max(diffs):.1f}% over {len(diffs)}"
+
+
+def report(paths):
+    runs = {s["name"]: s for s in map(summarize, paths)}
+    print(f"{'run':<22} {'tasks':>5} {'evald':>5} {'results':>7} {'retried':>7} {'infra':>5} {'span s':>7} {'evals/h':>8}  verdicts")
+    for s in runs.values():
+        print(
+            f"{s['name']:<22} {s['tasks']:>5} {s['evaluated']:>5} {s['results']:>7} {s['attempts_over_1']:>7} "
+            f"{s['infra_error']:>5} {s['span_s']:>7.1f} {s['per_hour']:>8.0f}  {json.dumps(s['verdicts'], sort_keys=True)}"
+        )
+        if s["killed"]:
+            print(f"  kill -9: {json.dumps(s['killed'])}; every task has one result: {s['results'] == s['tasks']}")
+    one = [runs[n]["per_hour"] for n in ("embedded_cuda0", "embedded_cuda1") if n in runs]
+    for two in ("embedded_2gpu", "redis_2gpu"):
+        if one and two in runs:
+            eff = runs[two]["per_hour"] / (2 * statistics.mean(one))
+            print(f"scaling {two}: {runs[two]['per_hour']:.0f}/h vs 1 GPU {statistics.mean(one):.0f}/h: efficiency {eff:.0%}")
+    if "embedded_cuda0" in runs and "embedded_cuda1" in runs:
+        print("cross-GPU speedup agreement (cuda:0 vs cuda:1, same candidates):", agreement(runs["embedded_cuda0"]["speedups"], runs["embedded_cuda1"]["speedups"]))
+    if "shared_gpu_2workers" in runs and "embedded_cuda0" in runs:
+        s = runs["shared_gpu_2workers"]
+        print(
+            f"two workers on one GPU: {s['per_hour']:.0f}/h vs one worker {runs['embedded_cuda0']['per_hour']:.0f}/h; "
+            "speedup agreement with one worker:",
+            agreement(s["speedups"], runs["embedded_cuda0"]["speedups"]),
+        )
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    if command == "submit":
+        submit(*args)
+    elif command == "wait":
+        base, batch = args[:2]
+        options = dict(zip(args[2::2], args[3::2]))
+        wait(base, batch, options.get("--kill-worker-of"), options.get("--kill-after"))
+    elif command == "report":
+        report(args)
+    else:
+        sys.exit(f"unknown command {command}")
