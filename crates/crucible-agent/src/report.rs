@@ -292,19 +292,17 @@ fn plot_speedups(path: &Path, speedups: &[f64]) -> Result<()> {
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(0f64..BINS.len() as f64, 0u32..top)
+        .build_cartesian_2d((0..BINS.len()).into_segmented(), 0u32..top)
         .map_err(|x| e(x.to_string()))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(BINS.len() * 2)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 0.01 {
-                BINS.get(i).map_or(String::new(), |b| b.2.to_string())
-            } else {
-                String::new()
+        .x_labels(BINS.len())
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                BINS.get(*i).map_or(String::new(), |b| b.2.to_string())
             }
+            SegmentValue::Last => String::new(),
         })
         .x_desc("speedup vs reference (matched precision)")
         .y_desc("samples")
@@ -313,12 +311,18 @@ fn plot_speedups(path: &Path, speedups: &[f64]) -> Result<()> {
         .map_err(|x| e(x.to_string()))?;
     chart
         .draw_series(counts.iter().enumerate().map(|(i, &c)| {
+            // Below 1x in red: slower than PyTorch.
             let color = if i < 2 {
                 RGBColor(220, 120, 90)
             } else {
                 RGBColor(70, 130, 180)
             };
-            Rectangle::new([(i as f64 + 0.1, 0), (i as f64 + 0.9, c)], color.filled())
+            let mut bar = Rectangle::new(
+                [(SegmentValue::Exact(i), 0), (SegmentValue::Exact(i + 1), c)],
+                color.filled(),
+            );
+            bar.set_margin(0, 0, 8, 8);
+            bar
         }))
         .map_err(|x| e(x.to_string()))?;
     root.present().map_err(|x| e(x.to_string()))
