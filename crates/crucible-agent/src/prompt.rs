@@ -160,6 +160,9 @@ fn num(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
         return format!("{x}");
     }
+    if !(1e-4..1e6).contains(&x.abs()) {
+        return format!("{x:.3e}");
+    }
     let digits = (3 - x.abs().log10().floor() as i32).clamp(0, 8) as usize;
     format!("{x:.digits$}")
 }
@@ -337,6 +340,7 @@ mod tests {
         assert_eq!(num(0.000123456), "0.0001235");
         assert_eq!(num(12345.6), "12346");
         assert_eq!(num(0.0), "0");
+        assert_eq!(num(5e11), "5.000e11");
     }
 
     #[test]

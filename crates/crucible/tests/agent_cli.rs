@@ -55,6 +55,7 @@ fn bench_then_distill_and_rollout_resume_the_run() {
     assert_eq!(turns.len(), 2);
     assert_eq!(turns[0]["result"]["verdict"], "incorrect");
     let note = turns[0]["feedback"].as_str().unwrap();
+    eprintln!("the note on turn 0:\n{note}");
     assert!(note.contains("Mismatch in output 0"), "{note}");
     assert_eq!(turns[1]["result"]["verdict"], "correct");
     // The second prompt carried the note.
