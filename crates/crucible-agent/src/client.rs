@@ -142,6 +142,10 @@ struct ChatRequest<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     logprobs: bool,
+    /// Sent as 0 with `logprobs`: some servers (llama-cpp-python) return log-probs only when it
+    /// is set, and 0 asks for the sampled token's alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_logprobs: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -225,6 +229,7 @@ impl ChatClient {
             top_p: sampling.top_p,
             max_tokens: sampling.max_tokens,
             logprobs: sampling.logprobs,
+            top_logprobs: sampling.logprobs.then_some(0),
         };
         let mut delay = self.cfg.backoff;
         let mut attempt = 0;

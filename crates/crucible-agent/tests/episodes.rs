@@ -94,6 +94,7 @@ fn multi_turn_feeds_each_verdict_back() {
     assert_eq!(requests.len(), 3);
     assert_eq!(requests[0]["model"], "replay-model");
     assert_eq!(requests[0]["logprobs"], true);
+    assert_eq!(requests[0]["top_logprobs"], 0);
     // History `all`: system, task, then (answer, note) per earlier turn.
     let last = contents(&requests[2]);
     assert_eq!(last.len(), 6);
