@@ -222,10 +222,17 @@ fn check_with_pyarrow(path: &std::path::Path, rows: usize) {
         eprintln!("SKIP pyarrow check: CRUCIBLE_PYTHON is not set");
         return;
     };
+    // With `datasets` importable, also load it the way a trainer does.
     let script = "import sys, pyarrow.parquet as pq\n\
                   t = pq.read_table(sys.argv[1])\n\
                   m = t.column('messages').to_pylist()\n\
-                  print(t.num_rows, m[0][-1]['role'], str(t.schema.field('messages').type))";
+                  print(t.num_rows, m[0][-1]['role'], str(t.schema.field('messages').type))\n\
+                  try:\n    import datasets\n\
+                  except ImportError:\n    print('SKIP datasets: not installed', file=sys.stderr)\n\
+                  else:\n\
+                  \x20   ds = datasets.load_dataset('parquet', data_files=sys.argv[1])['train']\n\
+                  \x20   assert ds[0]['messages'][-1]['role'] == 'assistant', ds[0]\n\
+                  \x20   print('datasets rows', len(ds), file=sys.stderr)";
     let out = Command::new(python)
         .args(["-c", script])
         .arg(path)
@@ -236,6 +243,7 @@ fn check_with_pyarrow(path: &std::path::Path, rows: usize) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         text.trim(),
