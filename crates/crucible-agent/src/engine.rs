@@ -4,7 +4,7 @@
 //! ends, so a run resumes from its records.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crucible_result::{EvalResult, Verdict};
 use crucible_rl::Recipe;
@@ -23,21 +23,51 @@ pub trait Judge: Send + Sync + 'static {
     fn judge(&self, task: &Task, candidate_path: &Path, code: &str) -> EvalResult;
 }
 
-/// The in-process judge.
+/// The in-process judge. With pre-starting on, every evaluation starts the processes of a later
+/// one before it runs (as `crucible eval` does in batch mode), so interpreter start-up overlaps
+/// the model's generation and other evaluations.
 pub struct InProcessJudge {
-    pub runtime: crucible_judge::Runtime,
-    pub cfg: crucible_judge::EvalConfig,
+    runtime: crucible_judge::Runtime,
+    cfg: crucible_judge::EvalConfig,
+    warm: Option<Mutex<Vec<crucible_judge::Workers>>>,
+}
+
+impl InProcessJudge {
+    pub fn new(
+        runtime: crucible_judge::Runtime,
+        cfg: crucible_judge::EvalConfig,
+        prestart: bool,
+    ) -> InProcessJudge {
+        InProcessJudge {
+            runtime,
+            cfg,
+            warm: prestart.then(|| Mutex::new(Vec::new())),
+        }
+    }
 }
 
 impl Judge for InProcessJudge {
     fn judge(&self, task: &Task, candidate_path: &Path, code: &str) -> EvalResult {
-        crucible_judge::evaluate(
+        let mut prestarted = None;
+        if let Some(pool) = &self.warm {
+            match crucible_judge::Workers::start(&self.runtime, &self.cfg) {
+                Ok(next) => {
+                    if let Ok(mut pool) = pool.lock() {
+                        prestarted = pool.pop();
+                        pool.push(next);
+                    }
+                }
+                Err(e) => tracing::warn!("cannot prestart workers: {e}"),
+            }
+        }
+        crucible_judge::evaluate_with(
             &self.runtime,
             &task.path,
             task.source.as_bytes(),
             candidate_path,
             code.as_bytes(),
             &self.cfg,
+            prestarted,
         )
     }
 }

@@ -96,6 +96,9 @@ pub struct RunArgs {
     /// Correctness only: no timing on a GPU.
     #[arg(long)]
     no_timing: bool,
+    /// Do not start the next evaluation's processes ahead of time.
+    #[arg(long)]
+    no_prewarm: bool,
 }
 
 #[derive(clap::Args)]
@@ -149,10 +152,11 @@ fn judge(args: &RunArgs) -> anyhow::Result<InProcessJudge> {
         "off" => None,
         name => Some(crucible_judge::VerifyPolicy::preset(name)?),
     };
-    Ok(InProcessJudge {
-        runtime: Runtime::discover()?,
+    Ok(InProcessJudge::new(
+        Runtime::discover()?,
         cfg,
-    })
+        !args.no_prewarm,
+    ))
 }
 
 fn spec(args: &RunArgs) -> anyhow::Result<RunSpec> {
