@@ -1,5 +1,6 @@
 //! `crucible`: thin glue that parses arguments and wires the library crates together.
 
+mod agent_cmd;
 mod audit_cmd;
 mod bench_cmd;
 mod eval_cmd;
@@ -45,6 +46,12 @@ enum Command {
     SandboxExec(sandbox_cmd::SandboxExecArgs),
     /// Compute advantages (and rejection-sampling masks) over a trajectory batch.
     Advantages(rl_cmd::AdvantagesArgs),
+    /// Run a model against a suite, turn after turn, and report Fast@p (JSON, CSV, PNG, HTML).
+    Bench(agent_cmd::BenchArgs),
+    /// Run a model against a suite and write RL trajectories with rewards and advantages.
+    Rollout(agent_cmd::RolloutArgs),
+    /// Run a teacher model and keep correct, honest, fast trajectories as an SFT set.
+    Distill(agent_cmd::DistillArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -71,6 +78,9 @@ fn main() -> std::process::ExitCode {
         Command::Reward(args) => rl_cmd::run_reward(args),
         Command::Advantages(args) => rl_cmd::run_advantages(args),
         Command::SandboxExec(args) => sandbox_cmd::run_exec(args),
+        Command::Bench(args) => agent_cmd::run_bench(args),
+        Command::Rollout(args) => agent_cmd::run_rollout(args),
+        Command::Distill(args) => agent_cmd::run_distill(args),
     };
     match outcome {
         Ok(code) => code,
