@@ -6,6 +6,7 @@ mod eval_cmd;
 mod report_cmd;
 mod rl_cmd;
 mod sandbox_cmd;
+mod serve_cmd;
 mod verify_cmd;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,10 @@ enum Command {
     SandboxExec(sandbox_cmd::SandboxExecArgs),
     /// Compute advantages (and rejection-sampling masks) over a trajectory batch.
     Advantages(rl_cmd::AdvantagesArgs),
+    /// Run the judge as a service: the HTTP API, the queue and one worker per GPU.
+    Serve(serve_cmd::ServeArgs),
+    /// Judge queued tasks on one device (started by `serve`, or on other nodes with Redis).
+    Worker(serve_cmd::WorkerArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -67,6 +72,8 @@ fn main() -> std::process::ExitCode {
         Command::Reward(args) => rl_cmd::run_reward(args),
         Command::Advantages(args) => rl_cmd::run_advantages(args),
         Command::SandboxExec(args) => sandbox_cmd::run_exec(args),
+        Command::Serve(args) => serve_cmd::run_serve(args),
+        Command::Worker(args) => serve_cmd::run_worker(args),
     };
     match outcome {
         Ok(code) => code,
