@@ -50,17 +50,19 @@ class UnknownOp(Exception):
         super().__init__(f"unknown op {op!r} (this process serves: {', '.join(sorted(known))})")
 
 
-def start(where, fd=CHANNEL_FD):
+def start(where, fd=CHANNEL_FD, warm=None):
     """The one start-up of every harness process: opens the channel, imports torch, brings the
-    device up, and says hello. A device that cannot be used is the machine's fault (or the
-    sandbox's), never a candidate's: the hello says so and the process exits with status 1.
-    Returns (channel, torch, device name)."""
+    device up, runs `warm(torch, device)` if given, and says hello. A device that cannot be used
+    is the machine's fault (or the sandbox's), never a candidate's: the hello says so and the
+    process exits with status 1. Returns (channel, torch, device name)."""
     chan = Channel(fd)
     import torch
 
     device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
     try:
         bring_up(torch, device)
+        if warm is not None:
+            warm(torch, device)
     except Exception as exc:
         error = f"cannot use {device} in {where}: {exc}"
         # Also in the log: a reader of the hello may only see that the process then exited.

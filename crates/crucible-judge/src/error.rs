@@ -33,6 +33,9 @@ pub enum InfraError {
     /// Reading or writing the candidate's channel failed on our side.
     #[error("candidate channel I/O: {0}")]
     CandidateChannel(std::io::Error),
+    /// The caller could not set the evaluation up (bad options, no scratch space).
+    #[error("{0}")]
+    Setup(String),
     /// A trusted harness process sent a reply that does not fit the protocol.
     #[error("the {who} broke the harness protocol: {detail}")]
     Protocol { who: &'static str, detail: String },

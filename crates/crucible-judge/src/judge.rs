@@ -6,6 +6,7 @@
 //! referee compares outputs, and this module does the arithmetic.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crucible_result::{
@@ -23,9 +24,13 @@ use crate::sandbox::Sandbox;
 
 mod calls;
 mod generalize;
+mod hooks;
 mod record;
 mod session;
 pub use generalize::{Generalize, SHAPE_SPECIALIZED};
+pub use hooks::{
+    ReferenceKey, ReferenceTiming, ReferenceTimingCache, Teardown, TimedPhaseGate, TimedPhaseGuard,
+};
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
 /// defined there are the candidate's own.
@@ -154,6 +159,13 @@ pub struct EvalConfig {
     pub verify_policy: Option<crucible_verify::Policy>,
     /// The generalization trial at perturbed task sizes (a `shape-specialized` flag).
     pub generalize: Generalize,
+    /// Held around the timed phases (exclusive use of the GPU); `None`: nothing to wait for.
+    pub timed_phases: Option<Arc<dyn TimedPhaseGate>>,
+    /// Reference timings shared between evaluations; `None`: the reference is timed every time.
+    pub reference_timings: Option<Arc<dyn ReferenceTimingCache>>,
+    /// Takes the killed processes (to reap them and remove their scratch off the critical
+    /// path); `None`: the evaluation waits for that itself.
+    pub teardown: Option<Arc<dyn Teardown>>,
 }
 
 impl EvalConfig {
@@ -171,7 +183,15 @@ impl EvalConfig {
             inputs_on_host: false,
             verify_policy: Some(crucible_verify::Policy::default()),
             generalize: Generalize::Auto,
+            timed_phases: None,
+            reference_timings: None,
+            teardown: None,
         }
+    }
+
+    /// Whether this configuration times (and profiles) correct candidates.
+    pub fn times(&self) -> bool {
+        self.is_gpu() && self.timing.is_some()
     }
 
     fn is_gpu(&self) -> bool {
@@ -256,6 +276,8 @@ struct Evaluation<'a> {
     launches: Vec<Launch>,
     env: crucible_result::Env,
     size_profile: String,
+    /// The task file's sha256 (a reference timing's cache key).
+    task_sha256: String,
     generalization: Option<crucible_result::Generalization>,
     /// Why timing could not run although the candidate is correct.
     timing_blocked: Option<String>,
@@ -317,6 +339,9 @@ pub fn evaluate(
     )
 }
 
+/// A file the evaluation reads: its path (for the result and the referee) and its bytes.
+pub type SourceFile<'a> = (&'a Path, &'a [u8]);
+
 /// [`evaluate`], on processes started earlier with [`Workers::start`] (a rejected candidate
 /// leaves them unused; they are killed when dropped).
 pub fn evaluate_with(
@@ -328,30 +353,75 @@ pub fn evaluate_with(
     cfg: &EvalConfig,
     prestarted: Option<Workers>,
 ) -> EvalResult {
+    let files = ((task_path, task_src), (candidate_path, candidate_src));
+    evaluate_taking(runtime, files, cfg, move || prestarted)
+}
+
+/// [`evaluate`], on processes from `take` (prestarted ones, or `None` to start them here),
+/// asked for only once the static verifier has passed: a rejected candidate uses none up.
+pub fn evaluate_taking(
+    runtime: &Runtime,
+    ((task_path, task_src), (candidate_path, candidate_src)): (SourceFile<'_>, SourceFile<'_>),
+    cfg: &EvalConfig,
+    take: impl FnOnce() -> Option<Workers>,
+) -> EvalResult {
     let started = Instant::now();
-    let mut eval = Evaluation {
-        runtime,
-        cfg,
-        seeds: derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1)),
-        stages: Vec::new(),
-        findings: Vec::new(),
-        trials: Vec::new(),
-        launches: Vec::new(),
-        env: crucible_result::Env {
-            device: cfg.device.to_string(),
-            crucible: env!("CARGO_PKG_VERSION").to_string(),
-            triton_interpret: !cfg.is_gpu(),
-            ..Default::default()
-        },
-        size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
-        generalization: None,
-        timing_blocked: None,
-        timing: None,
-        profile: None,
-        precision: None,
-    };
+    let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
     let outcome = verify_stage(&mut eval, candidate_src)
-        .and_then(|()| session::run(&mut eval, prestarted, task_path, candidate_src));
+        .and_then(|()| session::run(&mut eval, take(), task_path, candidate_src));
+    let files = (
+        file_ref(task_path, task_src),
+        file_ref(candidate_path, candidate_src),
+    );
+    assemble(eval, outcome, files, started)
+}
+
+impl<'a> Evaluation<'a> {
+    /// Nothing found yet.
+    fn new(
+        runtime: &'a Runtime,
+        cfg: &'a EvalConfig,
+        task_path: &Path,
+        task_src: &[u8],
+    ) -> Evaluation<'a> {
+        Evaluation {
+            runtime,
+            cfg,
+            seeds: derive_seeds(cfg.seed.unwrap_or_else(fresh_seed), cfg.trials.max(1)),
+            stages: Vec::new(),
+            findings: Vec::new(),
+            trials: Vec::new(),
+            launches: Vec::new(),
+            env: crucible_result::Env {
+                device: cfg.device.to_string(),
+                crucible: env!("CARGO_PKG_VERSION").to_string(),
+                triton_interpret: !cfg.is_gpu(),
+                ..Default::default()
+            },
+            size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
+            task_sha256: file_ref(task_path, task_src).sha256,
+            generalization: None,
+            timing_blocked: None,
+            timing: None,
+            profile: None,
+            precision: None,
+        }
+    }
+}
+
+/// The result of an evaluation its caller could not set up (`stage` names what failed):
+/// `infra_error`, never charged to the candidate.
+pub fn infra_error_result(
+    runtime: &Runtime,
+    (task_path, task_src): SourceFile<'_>,
+    (candidate_path, candidate_src): SourceFile<'_>,
+    cfg: &EvalConfig,
+    stage: &str,
+    error: InfraError,
+) -> EvalResult {
+    let started = Instant::now();
+    let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
+    let outcome = eval.stage(stage, |_| Err::<(), _>(Stop::Infra(error)));
     let files = (
         file_ref(task_path, task_src),
         file_ref(candidate_path, candidate_src),
@@ -525,8 +595,22 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Spawns both processes and returns without waiting for them to be ready.
+    /// Spawns both processes ahead of their evaluation and returns without waiting for them to
+    /// be ready. When correct candidates will be timed on a GPU, the candidate process also
+    /// starts the profiler once before its hello (CUPTI's start-up, ~4 s on an H200), which a
+    /// prestarted process pays off the critical path.
     pub fn start(runtime: &Runtime, cfg: &EvalConfig) -> Result<Workers, InfraError> {
+        Workers::spawn(runtime, cfg, cfg.times())
+    }
+
+    /// Spawns both processes; `warm_profiler` as in [`Workers::start`]. An evaluation that
+    /// starts its own processes does not warm it: most candidates are never profiled, and they
+    /// would wait for it.
+    pub(crate) fn spawn(
+        runtime: &Runtime,
+        cfg: &EvalConfig,
+        warm_profiler: bool,
+    ) -> Result<Workers, InfraError> {
         let io = InfraError::io;
         // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
         let scratch_parent = Some(Path::new("/dev/shm"))
@@ -565,7 +649,10 @@ impl Workers {
             .map(Sandbox::missing_features)
             .unwrap_or_default();
         let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
-        let candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
+        let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
+        if warm_profiler {
+            candidate_env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
+        }
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
@@ -598,6 +685,23 @@ impl Workers {
             device: cfg.device,
             _referee_dir: referee_dir,
         })
+    }
+
+    /// Sends both process groups `SIGKILL` without waiting for them to go: nothing they run
+    /// gets another instruction, and reaping them can happen elsewhere.
+    pub(crate) fn kill_now(&self) {
+        self.candidate.kill_group();
+        self.referee.kill_group();
+    }
+
+    /// The candidate process's pid (as the judge sees it, outside its PID namespace).
+    pub fn candidate_pid(&self) -> u32 {
+        self.candidate.pid()
+    }
+
+    /// Whether both processes are still running (a pooled pair may have died while it waited).
+    pub fn alive(&mut self) -> bool {
+        self.referee.running() && self.candidate.running()
     }
 
     /// Waits for both hellos. Failures before the candidate file is even loaded are the judge's.

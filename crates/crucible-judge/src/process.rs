@@ -245,6 +245,16 @@ impl HarnessProcess {
         }
     }
 
+    /// The child's pid (the judge's view; inside a PID namespace the child sees another).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the child is still running (it has not exited and nobody has reaped it).
+    pub fn running(&mut self) -> bool {
+        self.exited.is_none() && matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the process and its group, so that nothing it
     /// runs can touch shared memory while the referee reads it.
     pub fn freeze(&self, frozen: bool) {
@@ -256,7 +266,7 @@ impl HarnessProcess {
         }
     }
 
-    fn kill_group(&self) {
+    pub(crate) fn kill_group(&self) {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.
         unsafe {

@@ -216,3 +216,62 @@ pub(crate) fn harness_env(
     }
     Ok(env)
 }
+
+/// What a long-lived caller needs to know about the device and the Python side before any
+/// evaluation: the versions a result depends on, and the GPU's identity (for a lock shared by
+/// every process that uses that GPU).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct DeviceFacts {
+    pub torch: String,
+    pub triton: Option<String>,
+    pub cuda: Option<String>,
+    pub python: String,
+    /// The GPU model (`None` on the CPU).
+    pub device_name: Option<String>,
+    pub driver: Option<String>,
+    /// The GPU's UUID, the same whichever process or `CUDA_VISIBLE_DEVICES` numbering asks.
+    pub uuid: Option<String>,
+    /// `domain:bus:device` of the GPU.
+    pub pci_bus_id: Option<String>,
+}
+
+/// Asks a harness interpreter, set up exactly as the referee's is, about `device`.
+pub fn device_facts(
+    runtime: &Runtime,
+    device: Device,
+) -> Result<DeviceFacts, crate::error::InfraError> {
+    use crate::error::InfraError;
+    const PROBE: &str = r#"
+import json, os, torch
+from crucible_harness import common
+device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
+info = common.env_info(torch, device)
+facts = {k: info[k] for k in ("torch", "triton", "cuda", "python", "device_name", "driver")}
+facts["uuid"] = facts["pci_bus_id"] = None
+if device.startswith("cuda"):
+    props = torch.cuda.get_device_properties(0)
+    facts["uuid"] = str(getattr(props, "uuid", "")) or None
+    if hasattr(props, "pci_bus_id"):
+        facts["pci_bus_id"] = "%04x:%02x:%02x" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+print(json.dumps(facts))
+"#;
+    let home = tempfile::tempdir().map_err(InfraError::io("creating a scratch directory"))?;
+    let env = harness_env(runtime, device, home.path())?;
+    let output = std::process::Command::new(&runtime.python)
+        .args(["-c", PROBE])
+        .env_clear()
+        .envs(env)
+        .current_dir(home.path())
+        .output()
+        .map_err(InfraError::io("running the device probe"))?;
+    let cannot = |reason: String| InfraError::CannotStart {
+        who: "device probe",
+        reason,
+    };
+    if !output.status.success() {
+        return Err(cannot(String::from_utf8_lossy(&output.stderr).into_owned()));
+    }
+    let line = String::from_utf8_lossy(&output.stdout);
+    let last = line.lines().last().unwrap_or_default();
+    serde_json::from_str(last).map_err(|e| cannot(format!("unreadable probe output ({e}): {line}")))
+}

@@ -21,8 +21,8 @@ const MAX_NAME_CHARS: usize = 128;
 #[derive(Debug, Default, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JudgeOptionsBody {
-    /// Correctness trials, each with fresh inputs (1..=1000; default 5).
-    #[schema(minimum = 1, maximum = 1000)]
+    /// Correctness trials, each with fresh inputs (1..=100; default 5).
+    #[schema(minimum = 1, maximum = 100)]
     pub trials: Option<u32>,
     /// Base seed, to replay an earlier evaluation.
     pub seed: Option<u64>,
@@ -303,9 +303,9 @@ pub fn to_spec(
 
 fn to_options(body: JudgeOptionsBody) -> Result<JudgeOptions, ApiError> {
     if let Some(trials) = body.trials
-        && !(1..=1000).contains(&trials)
+        && !(1..=100).contains(&trials)
     {
-        return Err(ApiError::invalid("options.trials must be in 1..=1000"));
+        return Err(ApiError::invalid("options.trials must be in 1..=100"));
     }
     one_of(
         "options.size_profile",

@@ -7,6 +7,7 @@ mod report_cmd;
 mod rl_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
+mod throughput_cmd;
 mod verify_cmd;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,8 @@ enum Command {
     Eval(eval_cmd::EvalArgs),
     /// Measure the judge's own overhead per evaluation, by stage.
     BenchOverhead(bench_cmd::BenchArgs),
+    /// Evaluations per hour for a fixed mixed set, with the service engine on and off.
+    BenchThroughput(throughput_cmd::ThroughputArgs),
     /// Run null candidates against every task of a suite and list the degenerate tasks.
     Audit(audit_cmd::AuditArgs),
     /// Print the table of earlier results (JSON lines written by `eval --out`).
@@ -68,6 +71,7 @@ fn main() -> std::process::ExitCode {
         Command::Audit(args) => audit_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::BenchOverhead(args) => bench_cmd::run(args),
+        Command::BenchThroughput(args) => throughput_cmd::run(args),
         Command::Verify(args) => verify_cmd::run(args),
         Command::Reward(args) => rl_cmd::run_reward(args),
         Command::Advantages(args) => rl_cmd::run_advantages(args),

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use crucible_judge::{Device, Runtime};
 use crucible_queue::{Store, WorkerInfo};
 use crucible_service::{Limits, ServiceConfig};
-use crucible_worker::{Evaluator, LoopConfig};
+use crucible_worker::{Engine, EngineOptions, Evaluator, LoopConfig};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -101,21 +101,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-fn gpu_model(device: Device) -> Option<String> {
-    let Device::Cuda(index) = device else {
-        return None;
-    };
-    let output = Command::new("nvidia-smi")
-        .args(["--query-gpu=name", "--format=csv,noheader"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .nth(index as usize)
-        .map(|l| l.trim().to_string())
-}
-
 pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     install_stop_handler();
     let device = match &args.device {
@@ -124,17 +109,25 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     let store = Store::open(&args.queue).with_context(|| format!("opening {}", args.queue))?;
     let runtime = Runtime::discover()?;
-    let evaluator = crucible_worker::direct::DirectEvaluator::new(runtime, device);
+    let options = EngineOptions {
+        concurrency: args
+            .tuning
+            .concurrency
+            .unwrap_or_else(|| default_concurrency(device)),
+        ..EngineOptions::default()
+    };
+    let engine = Engine::new(runtime, device, options)
+        .with_context(|| format!("starting the judge engine on {device}"))?;
     let info = WorkerInfo {
         id: args
             .id
             .clone()
             .unwrap_or_else(|| format!("{}:{device}", hostname())),
         device: device.to_string(),
-        gpu_model: gpu_model(device),
+        gpu_model: engine.gpu_model().map(str::to_string),
         ..WorkerInfo::default()
     };
-    let mut config = LoopConfig::new(info, args.tuning.concurrency.unwrap_or(1));
+    let mut config = LoopConfig::new(info, options.concurrency);
     config.lease = secs("--lease-secs", args.tuning.lease_secs)?;
     config.heartbeat = config.heartbeat.min(config.lease / 3);
     let sweeps = match args.sweep.as_str() {
@@ -143,7 +136,17 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         _ => store.backend() == "redis",
     };
     config.sweep_every = sweeps.then_some(Duration::from_secs(2));
-    run_loop(&store, &evaluator, &config)
+    run_loop(&store, &engine, &config)
+}
+
+/// The engine's own default on a GPU (CPU work of the next candidates overlaps the timed one);
+/// on the CPU the Triton interpreter keeps a core busy per evaluation, so one per core.
+fn default_concurrency(device: Device) -> usize {
+    if device.is_gpu() {
+        EngineOptions::default().concurrency
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
 }
 
 fn run_loop(

@@ -13,7 +13,10 @@ use crucible_result::{
 
 use super::calls::{candidate_call, referee_call};
 use super::record::{build_profile, merge_launches, own_launches, record_trial};
-use super::{Evaluation, LOW_COVERAGE, Stop, TimingConfig, Workers, fresh_seed, generalize};
+use super::{
+    Evaluation, LOW_COVERAGE, ReferenceKey, ReferenceTiming, ReferenceTimingCache, Stop,
+    TimingConfig, Workers, fresh_seed, generalize,
+};
 use crate::error::InfraError;
 use crate::precision;
 use crate::protocol::{
@@ -39,8 +42,16 @@ pub(super) fn run(
 ) -> Result<(), Stop> {
     let mut session = Session::start(eval, prestarted, task_path, candidate_src)?;
     let outcome = session.stages(eval);
-    session.workers.candidate.kill();
-    session.workers.referee.kill();
+    match eval.cfg.teardown.as_ref() {
+        Some(teardown) => {
+            session.workers.kill_now();
+            teardown.retire(session.workers);
+        }
+        None => {
+            session.workers.candidate.kill();
+            session.workers.referee.kill();
+        }
+    }
     outcome
 }
 
@@ -84,7 +95,7 @@ impl Session {
         let workers = eval.stage("start", |_| {
             let mut workers = match prestarted {
                 Some(workers) => workers,
-                None => Workers::start(runtime, cfg).map_err(Stop::Infra)?,
+                None => Workers::spawn(runtime, cfg, false).map_err(Stop::Infra)?,
             };
             workers.ready(cfg.limits.start)?;
             Ok(workers)
@@ -135,6 +146,9 @@ impl Session {
         if !usable {
             return Ok(());
         }
+        // Exclusive use of the device from the first timed request to the last check of a timed
+        // output; other evaluations' CPU work goes on meanwhile.
+        let _exclusive = eval.cfg.timed_phases.as_ref().map(|gate| gate.enter());
         let phase = self.timing(eval, &timing_cfg)?;
         let profiled = self.profile(eval, &phase)?;
         self.check_timing(eval, &timing_cfg, &phase, &profiled)?;
@@ -333,24 +347,20 @@ impl Session {
         };
         let matched_class = eval.precision.as_ref().and_then(precision::matched_class);
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
+        let cache_key = |precision| reference_key(eval, &timed, precision);
+        let (plain_key, matched_key) = (cache_key(None), matched_class.map(|c| cache_key(Some(c))));
+        let cache = eval.cfg.reference_timings.clone();
         eval.stage("timing", |_| {
-            let request = RefereeRequest::TimeReference {
-                timed,
-                precision: None,
-            };
-            let reference: TimeReferenceReply = referee_call(referee, &request, limit)?;
+            let cache = cache.as_deref();
+            let reference = time_reference(referee, cache, plain_key, timed, limit)?;
             // The same loop at the candidate's measured class (same seed, warmup, iterations
             // and flush).
-            let matched = match matched_class {
-                Some(class) => {
-                    let request = RefereeRequest::TimeReference {
-                        timed,
-                        precision: Some(class.as_str().to_string()),
-                    };
-                    let reply: TimeReferenceReply = referee_call(referee, &request, limit)?;
+            let matched = match (matched_class, matched_key) {
+                (Some(class), Some(key)) => {
+                    let reply = time_reference(referee, cache, key, timed, limit)?;
                     Some((class, reply.samples_ms))
                 }
-                None => None,
+                _ => None,
             };
             // The timed inputs are shared like a trial's, and their expected outputs kept for
             // the timed-output check.
@@ -544,6 +554,74 @@ fn outside_forward(
     let batch_ms = least_ms(count)?;
     let per_forward = (batch_ms - empty_ms).max(0.0) / f64::from(count);
     Ok(per_forward.is_finite().then_some((per_forward, count)))
+}
+
+/// What a reference timing of this evaluation depends on (its cache key).
+fn reference_key(
+    eval: &Evaluation<'_>,
+    timed: &TimedLoop,
+    precision: Option<PrecisionClass>,
+) -> ReferenceKey {
+    let env = &eval.env;
+    let harness = eval
+        .runtime
+        .harness_root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let versions = [
+        Some(env.crucible.as_str()),
+        Some(harness.as_str()),
+        env.torch.as_deref(),
+        env.triton.as_deref(),
+        env.cuda.as_deref(),
+        env.driver.as_deref(),
+        env.python.as_deref(),
+    ]
+    .map(|part| part.unwrap_or("-"))
+    .join(" ");
+    ReferenceKey {
+        task_sha256: eval.task_sha256.clone(),
+        size_profile: eval.size_profile.clone(),
+        device_name: env.device_name.clone().unwrap_or_default(),
+        versions,
+        warmup: timed.warmup,
+        iters: timed.iters,
+        flush_bytes: timed.flush_bytes,
+        precision,
+    }
+}
+
+/// The reference's timing under `key`: from the cache when it holds a current one, else timed
+/// by the referee (on this evaluation's timed inputs) and stored.
+fn time_reference(
+    referee: &mut crate::process::HarnessProcess,
+    cache: Option<&dyn ReferenceTimingCache>,
+    key: ReferenceKey,
+    timed: TimedLoop,
+    limit: std::time::Duration,
+) -> Result<TimeReferenceReply, Stop> {
+    if let Some(hit) = cache.and_then(|c| c.lookup(&key)) {
+        return Ok(TimeReferenceReply {
+            samples_ms: hit.samples_ms,
+            io_bytes: hit.io_bytes,
+        });
+    }
+    let request = RefereeRequest::TimeReference {
+        timed,
+        precision: key.precision.map(|class| class.as_str().to_string()),
+    };
+    let reply: TimeReferenceReply = referee_call(referee, &request, limit)?;
+    if let Some(cache) = cache {
+        cache.store(
+            key,
+            ReferenceTiming {
+                samples_ms: reply.samples_ms.clone(),
+                io_bytes: reply.io_bytes,
+            },
+        );
+    }
+    Ok(reply)
 }
 
 /// The failure for the trial just recorded.

@@ -1,0 +1,516 @@
+//! The engine a worker judges with: several evaluations at once on one device, on harness
+//! processes started ahead of time, with exclusive use of the GPU for the timed phases and a
+//! cache of reference timings.
+//!
+//! Blocking: [`Engine::evaluate`] runs one evaluation on the calling thread, and up to
+//! `concurrency` threads may call it at once (more wait their turn). What overlaps: start-up,
+//! the verifier, loading, Triton compilation and the correctness trials of several candidates.
+//! What does not: the timed phases (timing, profile, timed output), which hold a file lock per
+//! GPU that every worker process on the machine shares.
+
+mod gpu_lock;
+mod options;
+mod pool;
+mod probe;
+mod reaper;
+mod reference_cache;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crucible_judge::{Device, DeviceFacts, EvalConfig, InfraError, Runtime, StageLimits};
+use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
+use sha2::{Digest, Sha256};
+
+pub use gpu_lock::{GpuLock, Held};
+pub use options::{JudgeOptions, MAX_TRIALS, OptionsError, check as check_options};
+pub use pool::WarmPool;
+pub use probe::{EngineEvent, Probe};
+pub use reference_cache::{ReferenceCache, ReferencePolicy};
+
+/// The switches of the service contract; each one off gives the plain judge's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Evaluations at once on this device.
+    pub concurrency: usize,
+    /// Keep harness processes started ahead of the evaluations.
+    pub warm_pool: bool,
+    /// Share reference timings between evaluations (re-measured on a schedule).
+    pub reference_cache: bool,
+    /// Hold the GPU's lock during timed phases.
+    pub exclusive_timing: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            concurrency: 4,
+            warm_pool: true,
+            reference_cache: true,
+            exclusive_timing: true,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// One evaluation at a time, each on freshly started processes, the reference timed every
+    /// time: what `crucible eval` does per task.
+    pub fn plain() -> EngineOptions {
+        EngineOptions {
+            concurrency: 1,
+            warm_pool: false,
+            reference_cache: false,
+            exclusive_timing: false,
+        }
+    }
+}
+
+/// Settings below the contract's switches; the defaults suit a service worker.
+#[derive(Clone, Default)]
+pub struct Tuning {
+    /// Pairs kept started ahead; default `concurrency`.
+    pub pool_depth: Option<usize>,
+    /// Where per-GPU lock files live; default `<cache>/locks`.
+    pub lock_dir: Option<PathBuf>,
+    /// This lock file instead of the GPU's own (also on the CPU, where none is used otherwise).
+    pub lock_file: Option<PathBuf>,
+    pub reference_policy: ReferencePolicy,
+    /// The configuration every evaluation starts from (timed iterations, sandbox, stage
+    /// deadlines...); default the judge's for the device. A job's options apply on top; the
+    /// engine sets the gate and the cache itself.
+    pub base: Option<EvalConfig>,
+    pub probe: Option<Probe>,
+}
+
+/// One evaluation to run.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The task's name (display; the task file is named after it).
+    pub task_name: String,
+    pub task_source: String,
+    pub candidate_source: String,
+    pub options: JudgeOptions,
+    /// Past it, the candidate's stages get no more time (a `timeout`); the queue turns a task
+    /// past its deadline into a `timeout` result before it reaches the engine.
+    pub deadline: Option<Instant>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot ask the harness interpreter about {device}: {source}")]
+    Probe { device: Device, source: InfraError },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// The shortest stage deadline a near deadline leaves a candidate.
+const LEAST_STAGE_LIMIT: Duration = Duration::from_secs(1);
+
+pub struct Engine {
+    runtime: Runtime,
+    device: Device,
+    options: EngineOptions,
+    /// The configuration every evaluation starts from (a job's options are applied to a copy).
+    base: EvalConfig,
+    facts: DeviceFacts,
+    versions: String,
+    pool: Option<WarmPool>,
+    lock: Option<Arc<GpuLock>>,
+    slots: Slots,
+    tasks: TaskFiles,
+    probe: Option<Probe>,
+    /// Evaluations share the device (read); a retry after running out of memory runs alone.
+    alone: RwLock<()>,
+    reaper: Arc<reaper::Reaper>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // No scratch directory or unreaped process outlives the engine.
+        self.reaper.finish();
+    }
+}
+
+impl Engine {
+    pub fn new(
+        runtime: Runtime,
+        device: Device,
+        options: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        Engine::with_tuning(runtime, device, options, Tuning::default())
+    }
+
+    pub fn with_tuning(
+        runtime: Runtime,
+        device: Device,
+        options: EngineOptions,
+        tuning: Tuning,
+    ) -> Result<Engine, EngineError> {
+        let facts = crucible_judge::device_facts(&runtime, device)
+            .map_err(|source| EngineError::Probe { device, source })?;
+        let versions = versions(&runtime, &facts);
+        let lock = gpu_lock(device, options, &tuning, &facts)?;
+        let reference_cache = options.reference_cache.then(|| {
+            Arc::new(ReferenceCache::new(
+                tuning.reference_policy,
+                tuning.probe.clone(),
+            ))
+        });
+        let mut base = tuning
+            .base
+            .clone()
+            .unwrap_or_else(|| EvalConfig::new(device));
+        base.device = device;
+        let reaper = Arc::new(reaper::Reaper::start().map_err(|source| EngineError::Io {
+            what: "starting the reaper thread",
+            source,
+        })?);
+        base.teardown = Some(Arc::clone(&reaper) as Arc<dyn crucible_judge::Teardown>);
+        base.timed_phases = lock
+            .clone()
+            .map(|lock| Arc::new(gpu_lock::Gate(lock)) as Arc<dyn crucible_judge::TimedPhaseGate>);
+        base.reference_timings =
+            reference_cache.map(|c| c as Arc<dyn crucible_judge::ReferenceTimingCache>);
+        let concurrency = options.concurrency.max(1);
+        let pool = if options.warm_pool {
+            let depth = tuning.pool_depth.unwrap_or(concurrency);
+            Some(
+                WarmPool::start(runtime.clone(), base.clone(), depth).map_err(|source| {
+                    EngineError::Io {
+                        what: "starting the warm pool",
+                        source,
+                    }
+                })?,
+            )
+        } else {
+            None
+        };
+        let tasks = TaskFiles::new().map_err(|source| EngineError::Io {
+            what: "creating the task directory",
+            source,
+        })?;
+        Ok(Engine {
+            runtime,
+            device,
+            options: EngineOptions {
+                concurrency,
+                ..options
+            },
+            base,
+            facts,
+            versions,
+            pool,
+            lock,
+            slots: Slots::new(concurrency),
+            tasks,
+            probe: tuning.probe,
+            alone: RwLock::new(()),
+            reaper,
+        })
+    }
+
+    /// What a result by this engine depends on besides the task, candidate and options: the
+    /// crucible version, the harness files' hash, the GPU model, torch, triton, CUDA, driver,
+    /// Python. Part of the result cache's key.
+    pub fn versions(&self) -> String {
+        self.versions.clone()
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    pub fn options(&self) -> EngineOptions {
+        self.options
+    }
+
+    /// The GPU model (`None` on the CPU), for the worker's registration.
+    pub fn gpu_model(&self) -> Option<&str> {
+        self.facts.device_name.as_deref()
+    }
+
+    /// The lock the timed phases hold, if any.
+    pub fn gpu_lock(&self) -> Option<&GpuLock> {
+        self.lock.as_deref()
+    }
+
+    /// Prestarted pairs waiting right now.
+    pub fn warm(&self) -> usize {
+        self.pool.as_ref().map_or(0, WarmPool::ready)
+    }
+
+    /// Judges one job; never fails (a fault of the judge's own is an `infra_error` result,
+    /// which the worker loop retries).
+    pub fn evaluate(&self, job: &Job) -> EvalResult {
+        let _slot = self.slots.acquire();
+        let task_path = self.tasks.path_for(&job.task_name, &job.task_source);
+        let candidate_path = PathBuf::from(format!("{}-candidate.py", safe_name(&job.task_name)));
+        let (task_src, candidate_src) =
+            (job.task_source.as_bytes(), job.candidate_source.as_bytes());
+        let mut cfg = self.base.clone();
+        let setup = options::apply(&job.options, &mut cfg)
+            .map_err(|e| InfraError::Setup(format!("bad judge options: {e}")))
+            .and_then(|()| {
+                task_path.map_err(|e| InfraError::Setup(format!("cannot write the task file: {e}")))
+            });
+        let task_path = match setup {
+            Ok(path) => path,
+            Err(error) => {
+                let task_path = PathBuf::from(format!("{}.py", safe_name(&job.task_name)));
+                return crucible_judge::infra_error_result(
+                    &self.runtime,
+                    (&task_path, task_src),
+                    (&candidate_path, candidate_src),
+                    &cfg,
+                    "setup",
+                    error,
+                );
+            }
+        };
+        if let Some(deadline) = job.deadline {
+            cap_limits(&mut cfg.limits, deadline);
+        }
+        let run = || {
+            let files = (
+                (task_path.as_path(), task_src),
+                (candidate_path.as_path(), candidate_src),
+            );
+            crucible_judge::evaluate_taking(&self.runtime, files, &cfg, || self.take_workers())
+        };
+        let shared = self.alone.read();
+        let result = run();
+        drop(shared);
+        if self.options.concurrency > 1 && out_of_memory(&result) {
+            // The engine, not the candidate, put several evaluations on one device.
+            let first = result;
+            let alone = self.alone.write();
+            let mut result = run();
+            drop(alone);
+            note_retry(&mut result, &first);
+            return result;
+        }
+        result
+    }
+
+    /// A prestarted pair from the pool, or `None` (the judge then starts one itself).
+    fn take_workers(&self) -> Option<crucible_judge::Workers> {
+        let workers = self.pool.as_ref().and_then(WarmPool::take);
+        if let (Some(probe), Some(workers)) = (&self.probe, &workers) {
+            probe(EngineEvent::WorkersTaken {
+                candidate_pid: workers.candidate_pid(),
+                prestarted: true,
+            });
+        }
+        workers
+    }
+}
+
+/// `crucible <version> <harness dir> torch .. triton .. cuda .. driver .. python .. gpu ..`.
+fn versions(runtime: &Runtime, facts: &DeviceFacts) -> String {
+    let harness = runtime
+        .harness_root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
+    format!(
+        "crucible {} {harness} torch {} triton {} cuda {} driver {} python {} gpu {}",
+        env!("CARGO_PKG_VERSION"),
+        facts.torch,
+        or_none(&facts.triton),
+        or_none(&facts.cuda),
+        or_none(&facts.driver),
+        facts.python,
+        facts.device_name.clone().unwrap_or_else(|| "cpu".into()),
+    )
+}
+
+/// The lock for the timed phases: the GPU's own, named after its UUID (else its PCI bus id),
+/// unless a file is given; none on the CPU or with `exclusive_timing` off.
+fn gpu_lock(
+    device: Device,
+    options: EngineOptions,
+    tuning: &Tuning,
+    facts: &DeviceFacts,
+) -> Result<Option<Arc<GpuLock>>, EngineError> {
+    if !options.exclusive_timing {
+        return Ok(None);
+    }
+    let path = match (&tuning.lock_file, device.is_gpu()) {
+        (Some(path), _) => path.clone(),
+        (None, false) => return Ok(None),
+        (None, true) => {
+            let dir = tuning
+                .lock_dir
+                .clone()
+                .unwrap_or_else(|| crucible_judge::runtime::cache_dir().join("locks"));
+            let id = facts
+                .uuid
+                .clone()
+                .or_else(|| facts.pci_bus_id.clone())
+                .unwrap_or_else(|| format!("index-{device}"));
+            GpuLock::path_for(&dir, &id)
+        }
+    };
+    let lock = GpuLock::new(path, tuning.probe.clone()).map_err(|source| EngineError::Io {
+        what: "opening the GPU lock file",
+        source,
+    })?;
+    Ok(Some(Arc::new(lock)))
+}
+
+/// No candidate stage may run past the deadline (but each gets a moment, so a deadline that is
+/// already near ends in a `timeout`, not in a start-up failure).
+fn cap_limits(limits: &mut StageLimits, deadline: Instant) {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(LEAST_STAGE_LIMIT);
+    for limit in [&mut limits.load, &mut limits.trial, &mut limits.timing] {
+        *limit = (*limit).min(left);
+    }
+}
+
+fn out_of_memory(result: &EvalResult) -> bool {
+    result
+        .failure
+        .as_ref()
+        .is_some_and(|f| f.class == FailureClass::OutOfMemory)
+}
+
+/// Says in the retried result why it was retried and what the first attempt got.
+fn note_retry(result: &mut EvalResult, first: &EvalResult) {
+    let stage = first
+        .failure
+        .as_ref()
+        .map(|f| f.stage.as_str())
+        .unwrap_or("");
+    result.findings.push(Finding::new(
+        "retried-alone",
+        Severity::Info,
+        format!(
+            "ran out of memory in `{stage}` while sharing the device with other evaluations; \
+             this is the result of running it alone"
+        ),
+    ));
+    debug_assert!(first.verdict != Verdict::Correct);
+}
+
+/// File-name-safe version of a task name.
+fn safe_name(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if safe.is_empty() { "task".into() } else { safe }
+}
+
+/// Task files by content: the referee loads a task from a path, and one written file serves
+/// every evaluation of that task.
+struct TaskFiles {
+    dir: tempfile::TempDir,
+}
+
+impl TaskFiles {
+    fn new() -> std::io::Result<TaskFiles> {
+        let dir = tempfile::Builder::new()
+            .prefix("crucible-tasks-")
+            .tempdir()?;
+        Ok(TaskFiles { dir })
+    }
+
+    fn path_for(&self, name: &str, source: &str) -> std::io::Result<PathBuf> {
+        let digest = Sha256::digest(source.as_bytes());
+        let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let dir = self.dir.path().join(hash);
+        let path = dir.join(format!("{}.py", safe_name(name)));
+        if path.is_file() {
+            return Ok(path);
+        }
+        std::fs::create_dir_all(&dir)?;
+        write_atomically(&path, source.as_bytes())?;
+        Ok(path)
+    }
+}
+
+/// Concurrent writers of the same content never leave a reader a half-written file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let staged = tempfile::NamedTempFile::new_in(dir)?;
+    std::fs::write(staged.path(), bytes)?;
+    staged.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// A counting semaphore: at most `concurrency` evaluations at once.
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn new(count: usize) -> Slots {
+        Slots {
+            free: Mutex::new(count),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Slot(self)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|p| p.into_inner());
+        *free += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+/// Runs `jobs` on `engine` from `engine.options().concurrency` threads; results in job order.
+pub fn evaluate_all(engine: &Engine, jobs: &[Job]) -> Vec<EvalResult> {
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; jobs.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..engine.options().concurrency.min(jobs.len()) {
+            scope.spawn(|| {
+                loop {
+                    let index = {
+                        let mut next = next.lock().unwrap_or_else(|p| p.into_inner());
+                        let index = *next;
+                        *next += 1;
+                        index
+                    };
+                    let Some(job) = jobs.get(index) else { return };
+                    let result = engine.evaluate(job);
+                    results.lock().unwrap_or_else(|p| p.into_inner())[index] = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .flatten()
+        .collect()
+}

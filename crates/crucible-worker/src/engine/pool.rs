@@ -1,0 +1,136 @@
+//! Referee and candidate processes started ahead of the evaluations that will use them.
+//!
+//! A background thread keeps `depth` pairs started (each pair spawned fresh with fork + exec
+//! from this process, which never initialises CUDA, so nothing CUDA-related is forked). An
+//! evaluation takes one pair and owns it: the candidate process serves that one candidate and
+//! is killed at the end, never returned. Pairs that died while waiting are dropped on take.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crucible_judge::{EvalConfig, Runtime, Workers};
+
+/// After a failed start, the refill waits this long before trying again (a broken install must
+/// not spin).
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+struct State {
+    ready: VecDeque<Workers>,
+    stopping: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    runtime: Runtime,
+    /// What the pairs are started for: device, sandbox, transport, whether to warm the profiler.
+    cfg: EvalConfig,
+    depth: usize,
+}
+
+pub struct WarmPool {
+    shared: Arc<Shared>,
+    refill: Option<JoinHandle<()>>,
+}
+
+impl WarmPool {
+    /// Starts the refill thread; the first pairs start at once.
+    pub fn start(runtime: Runtime, cfg: EvalConfig, depth: usize) -> std::io::Result<WarmPool> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                ready: VecDeque::new(),
+                stopping: false,
+            }),
+            wake: Condvar::new(),
+            runtime,
+            cfg,
+            depth: depth.max(1),
+        });
+        let refill = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("crucible-pool".into())
+                .spawn(move || refill(&shared))?
+        };
+        Ok(WarmPool {
+            shared,
+            refill: Some(refill),
+        })
+    }
+
+    /// A started pair, if one is ready; `None` makes the evaluation start its own.
+    pub fn take(&self) -> Option<Workers> {
+        let mut state = self.shared.state.lock().ok()?;
+        let taken = loop {
+            let Some(mut workers) = state.ready.pop_front() else {
+                break None;
+            };
+            if workers.alive() {
+                break Some(workers);
+            }
+            tracing::warn!("a prestarted harness pair died while waiting; dropped");
+        };
+        self.shared.wake.notify_all();
+        taken
+    }
+
+    /// Pairs started and waiting.
+    pub fn ready(&self) -> usize {
+        self.shared.state.lock().map(|s| s.ready.len()).unwrap_or(0)
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            state.stopping = true;
+            // Killed now (each pair kills its processes when dropped).
+            state.ready.clear();
+        }
+        self.shared.wake.notify_all();
+        if let Some(refill) = self.refill.take() {
+            let _ = refill.join();
+        }
+    }
+}
+
+/// Keeps `depth` pairs started until the pool stops.
+fn refill(shared: &Shared) {
+    loop {
+        {
+            let Ok(mut state) = shared.state.lock() else {
+                return;
+            };
+            while !state.stopping && state.ready.len() >= shared.depth {
+                state = match shared.wake.wait(state) {
+                    Ok(state) => state,
+                    Err(_) => return,
+                };
+            }
+            if state.stopping {
+                return;
+            }
+        }
+        // Spawned outside the lock: taking a pair never waits for a spawn.
+        match Workers::start(&shared.runtime, &shared.cfg) {
+            Ok(workers) => {
+                let Ok(mut state) = shared.state.lock() else {
+                    return;
+                };
+                if state.stopping {
+                    return;
+                }
+                state.ready.push_back(workers);
+            }
+            Err(error) => {
+                tracing::error!("cannot prestart harness processes: {error}");
+                let Ok(state) = shared.state.lock() else {
+                    return;
+                };
+                let _ = shared.wake.wait_timeout(state, RETRY_AFTER);
+            }
+        }
+    }
+}

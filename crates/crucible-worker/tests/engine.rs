@@ -1,0 +1,311 @@
+//! The engine on the CPU with real harness processes (Triton's interpreter): the warm pool, the
+//! same verdicts with and without concurrency, the GPU lock across engines and processes, and
+//! an infrastructure fault.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crucible_judge::{Device, EvalConfig, Runtime, StageLimits};
+use crucible_result::{EvalResult, Verdict};
+use crucible_worker::engine::{EngineEvent, Probe, evaluate_all};
+use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
+
+fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crucible-judge/tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The judge's runtime, or `None` (with a message) where this machine has none.
+fn runtime() -> Option<Runtime> {
+    match Runtime::discover() {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
+            None
+        }
+    }
+}
+
+fn job(task: &str, candidate: &str, seed: u64) -> Job {
+    Job {
+        task_name: task.trim_end_matches(".py").to_string(),
+        task_source: fixture(task),
+        candidate_source: fixture(candidate),
+        options: JudgeOptions {
+            seed: Some(seed),
+            trials: Some(2),
+            ..JudgeOptions::default()
+        },
+        deadline: None,
+    }
+}
+
+/// A probe that keeps every event.
+fn recorder() -> (Probe, Arc<Mutex<Vec<EngineEvent>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&events);
+    let probe: Probe = Arc::new(move |event| {
+        if let Ok(mut events) = sink.lock() {
+            events.push(event);
+        }
+    });
+    (probe, events)
+}
+
+fn tuning(probe: Option<Probe>) -> Tuning {
+    let mut base = EvalConfig::new(Device::Cpu);
+    base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
+    Tuning {
+        base: Some(base),
+        probe,
+        ..Tuning::default()
+    }
+}
+
+fn engine(runtime: &Runtime, options: EngineOptions, tuning: Tuning) -> Engine {
+    Engine::with_tuning(runtime.clone(), Device::Cpu, options, tuning).expect("an engine")
+}
+
+fn summary(result: &EvalResult) -> (Verdict, Option<String>, Vec<bool>) {
+    (
+        result.verdict,
+        result
+            .failure
+            .as_ref()
+            .map(|f| format!("{:?}@{}", f.class, f.stage)),
+        result.trials.iter().map(|t| t.passed).collect(),
+    )
+}
+
+fn pid_running(pid: u32) -> bool {
+    // A reaped process has no /proc entry; a zombie would still show, with state Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat.contains(") Z "))
+        .unwrap_or(false)
+}
+
+#[test]
+fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
+    let Some(runtime) = runtime() else { return };
+    let (probe, events) = recorder();
+    let options = EngineOptions {
+        concurrency: 2,
+        warm_pool: true,
+        reference_cache: true,
+        exclusive_timing: true,
+    };
+    let engine = engine(&runtime, options, tuning(Some(probe)));
+    let jobs: Vec<Job> = (0..4)
+        .map(|seed| job("task_relu.py", "honest_relu.py", seed))
+        .collect();
+    let results = evaluate_all(&engine, &jobs);
+    for result in &results {
+        assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    }
+    let pids: Vec<u32> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::WorkersTaken {
+                candidate_pid,
+                prestarted: true,
+            } => Some(*candidate_pid),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        pids.len() >= 2,
+        "most evaluations should find a prestarted pair: {pids:?}"
+    );
+    let mut distinct = pids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        pids.len(),
+        "a candidate process was reused: {pids:?}"
+    );
+    // Killed before its result came back; reaped off the critical path, so allow a moment.
+    let reaped_by = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|pid| pid_running(*pid)) && Instant::now() < reaped_by {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for pid in &pids {
+        assert!(
+            !pid_running(*pid),
+            "candidate process {pid} outlived its evaluation"
+        );
+    }
+}
+
+#[test]
+fn concurrency_and_the_pool_give_the_same_verdicts_as_one_at_a_time() {
+    let Some(runtime) = runtime() else { return };
+    let jobs = vec![
+        job("task_relu.py", "honest_relu.py", 11),
+        job("task_relu.py", "wrong_relu.py", 12),
+        job("task_relu.py", "syntax_error.py", 13),
+        job("task_relu.py", "runtime_error.py", 14),
+        job("task_relu.py", "compile_error.py", 15),
+        job("task_relu.py", "honest_relu.py", 16),
+    ];
+    let serial = engine(&runtime, EngineOptions::plain(), tuning(None));
+    let one_at_a_time: Vec<_> = evaluate_all(&serial, &jobs).iter().map(summary).collect();
+    drop(serial);
+    let options = EngineOptions {
+        concurrency: 3,
+        ..EngineOptions::default()
+    };
+    let concurrent = engine(&runtime, options, tuning(None));
+    let at_once: Vec<_> = evaluate_all(&concurrent, &jobs)
+        .iter()
+        .map(summary)
+        .collect();
+    assert_eq!(one_at_a_time, at_once);
+    // The set is mixed, so the comparison can fail.
+    let verdicts: Vec<Verdict> = at_once.iter().map(|s| s.0).collect();
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Correct,
+            Verdict::Incorrect,
+            Verdict::CompileError,
+            Verdict::RuntimeError,
+            Verdict::CompileError,
+            Verdict::Correct
+        ]
+    );
+}
+
+/// Threads of two engines take their engine's lock, hold it a while, and report the interval.
+fn hold_from_both(
+    a: &Engine,
+    b: &Engine,
+    events: &Mutex<Vec<EngineEvent>>,
+) -> Vec<(Instant, Instant)> {
+    std::thread::scope(|scope| {
+        for engine in [a, b, a, b] {
+            scope.spawn(move || {
+                for _ in 0..3 {
+                    let lock = engine.gpu_lock().expect("a lock");
+                    let held = lock.acquire();
+                    std::thread::sleep(Duration::from_millis(30));
+                    drop(held);
+                }
+            });
+        }
+    });
+    let mut intervals: Vec<(Instant, Instant)> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::TimedPhases { entered, left } => Some((*entered, *left)),
+            _ => None,
+        })
+        .collect();
+    intervals.sort();
+    intervals
+}
+
+fn overlapping(intervals: &[(Instant, Instant)]) -> usize {
+    intervals.windows(2).filter(|w| w[1].0 < w[0].1).count()
+}
+
+fn locking_engine(runtime: &Runtime, file: PathBuf, probe: Probe) -> Engine {
+    let options = EngineOptions {
+        concurrency: 2,
+        warm_pool: false,
+        reference_cache: false,
+        exclusive_timing: true,
+    };
+    let tuning = Tuning {
+        lock_file: Some(file),
+        ..tuning(Some(probe))
+    };
+    engine(runtime, options, tuning)
+}
+
+#[test]
+fn the_lock_file_serializes_timed_phases_across_engines() {
+    let Some(runtime) = runtime() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (probe, events) = recorder();
+    let shared = dir.path().join("gpu-test.lock");
+    let a = locking_engine(&runtime, shared.clone(), Arc::clone(&probe));
+    let b = locking_engine(&runtime, shared, Arc::clone(&probe));
+    let intervals = hold_from_both(&a, &b, &events);
+    assert_eq!(intervals.len(), 12);
+    assert_eq!(overlapping(&intervals), 0, "{intervals:?}");
+
+    // The control: with a lock file each, the same holders overlap (so the check above can fail).
+    events.lock().expect("events").clear();
+    let c = locking_engine(&runtime, dir.path().join("gpu-c.lock"), Arc::clone(&probe));
+    let d = locking_engine(&runtime, dir.path().join("gpu-d.lock"), probe);
+    let intervals = hold_from_both(&c, &d, &events);
+    assert!(overlapping(&intervals) > 0, "{intervals:?}");
+}
+
+#[test]
+fn another_process_holding_the_gpu_lock_makes_the_engine_wait() {
+    let Some(runtime) = runtime() else { return };
+    if !Path::new("/usr/bin/flock").exists() {
+        eprintln!("SKIPPED: no /usr/bin/flock to hold the lock from another process");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("gpu-shared.lock");
+    let (probe, _events) = recorder();
+    let engine = locking_engine(&runtime, file.clone(), probe);
+    let mut holder = std::process::Command::new("/usr/bin/flock")
+        .arg(&file)
+        .args(["sleep", "1"])
+        .spawn()
+        .expect("flock runs");
+    // Let it take the lock first.
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    let held = engine.gpu_lock().expect("a lock").acquire();
+    let waited = asked.elapsed();
+    drop(held);
+    let _ = holder.wait();
+    assert!(
+        waited >= Duration::from_millis(500),
+        "took the lock after {waited:?} while another process held it"
+    );
+}
+
+#[test]
+fn a_fault_of_the_judge_is_an_infra_error_never_the_candidates() {
+    let Some(runtime) = runtime() else { return };
+    let engine = engine(&runtime, EngineOptions::default(), tuning(None));
+    // The referee cannot draw this task's inputs: the judge's (or the task's) fault.
+    let broken = job("broken_task.py", "honest_relu.py", 1);
+    let result = engine.evaluate(&broken);
+    assert_eq!(result.verdict, Verdict::InfraError, "{:#?}", result.failure);
+    // Options the judge cannot apply are refused the same way, before any process starts.
+    let mut bad = job("task_relu.py", "honest_relu.py", 1);
+    bad.options.tolerance = Some("loose".into());
+    let result = engine.evaluate(&bad);
+    assert_eq!(result.verdict, Verdict::InfraError);
+    let failure = result.failure.expect("a failure");
+    assert_eq!(failure.stage, "setup");
+    assert!(failure.message.contains("loose"), "{}", failure.message);
+    // And the engine still judges the next candidate.
+    let fine = engine.evaluate(&job("task_relu.py", "honest_relu.py", 2));
+    assert_eq!(fine.verdict, Verdict::Correct, "{:#?}", fine.failure);
+}
+
+#[test]
+fn versions_name_the_judge_and_the_python_side() {
+    let Some(runtime) = runtime() else { return };
+    let engine = engine(&runtime, EngineOptions::plain(), tuning(None));
+    let versions = engine.versions();
+    for part in ["crucible ", "harness-", "torch ", "triton ", "gpu cpu"] {
+        assert!(versions.contains(part), "{versions}");
+    }
+}

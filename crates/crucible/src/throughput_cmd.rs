@@ -1,0 +1,685 @@
+//! `crucible bench-throughput`: evaluations per hour on one device for a fixed mixed set of
+//! candidates, with the service engine's warm pool, caches and concurrency ON, and OFF (a fresh
+//! Python per task, the reference timed every time, one at a time), in one run.
+//!
+//! The set: `tasks` tasks × `per_task` candidates, built from honest solutions: per task, in the
+//! pattern C I C F C I C F, correct copies (each textually distinct), incorrect ones (the
+//! honest output times 1.5) and failing ones (a Triton compile error; a syntax error on even
+//! tasks, a runtime error on odd ones). Jobs run task-interleaved. OFF judges a stratified
+//! subset (every `off_every`-th candidate, offset per task, so it has the same mix) when
+//! judging all of them twice would not fit the time available.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Context;
+use crucible_judge::{Device, EvalConfig, Runtime, TimingConfig};
+use crucible_result::{EvalResult, Stats, Verdict};
+use crucible_worker::engine::{EngineEvent, Probe};
+use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
+
+/// The KernelBench tasks of the GPU set (level, name): those with honest solutions under
+/// `examples/kernelbench`, memory-heavy ones kept to one so concurrent evaluations fit.
+const KERNELBENCH_SET: &[(&str, &str)] = &[
+    ("level1", "1_Square_matrix_multiplication_"),
+    ("level2", "12_Gemm_Multiply_LeakyReLU"),
+    ("level1", "23_Softmax"),
+    ("level1", "2_Standard_matrix_multiplication_"),
+    ("level2", "76_Gemm_Add_ReLU"),
+    ("level1", "6_Matmul_with_large_K_dimension_"),
+    ("level1", "8_Matmul_with_irregular_shapes_"),
+    ("level1", "10_3D_tensor_matrix_multiplication"),
+];
+
+/// The builtin tasks of the CPU set (small size profiles run through Triton's interpreter).
+const BUILTIN_SET: &[&str] = &[
+    "01_relu",
+    "06_softmax",
+    "04_row_sum",
+    "16_swish",
+    "02_gelu_tanh",
+    "07_rmsnorm",
+    "03_bias_add_mul",
+    "08_layernorm",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CandidateSet {
+    /// KernelBench level-1 and level-2 tasks (`--kernelbench`), full sizes: for a GPU.
+    Kernelbench,
+    /// The builtin tasks at their small sizes: for the CPU.
+    Builtin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Modes {
+    Both,
+    On,
+    Off,
+}
+
+#[derive(clap::Args)]
+pub struct ThroughputArgs {
+    /// `cpu` or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: Device,
+    /// Candidate set; default `kernelbench` on a GPU, `builtin` on the CPU.
+    #[arg(long, value_enum)]
+    set: Option<CandidateSet>,
+    /// A KernelBench checkout (the directory holding level1/ and level2/).
+    #[arg(long, env = "KERNELBENCH")]
+    kernelbench: Option<PathBuf>,
+    /// The repository root (examples/, tasks/).
+    #[arg(long, default_value = ".")]
+    repo: PathBuf,
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=8))]
+    tasks: u32,
+    /// Candidates per task (pattern C I C F C I C F, cut to this length).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    per_task: u32,
+    /// Evaluations at once with the engine ON.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Timed iterations per side (and warm-up iterations before them).
+    #[arg(long, default_value_t = 30)]
+    iters: u32,
+    #[arg(long, default_value_t = 3)]
+    warmup: u32,
+    /// Correctness trials per candidate.
+    #[arg(long, default_value_t = 5)]
+    trials: u32,
+    /// OFF judges every N-th candidate (stratified: the same mix); 1 judges them all.
+    #[arg(long, default_value_t = 4)]
+    off_every: u32,
+    #[arg(long, value_enum, default_value = "both")]
+    modes: Modes,
+    /// Per-evaluation rows as JSON lines.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    sandbox: crate::sandbox_cmd::SandboxArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Correct,
+    Incorrect,
+    Failing,
+}
+
+struct Case {
+    task: usize,
+    kind: Kind,
+    job: Job,
+}
+
+pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
+    let runtime = Runtime::discover()?;
+    let set = args.set.unwrap_or(if args.device.is_gpu() {
+        CandidateSet::Kernelbench
+    } else {
+        CandidateSet::Builtin
+    });
+    let cases = build_set(&args, set)?;
+    let mut base = EvalConfig::new(args.device);
+    base.trials = args.trials;
+    base.timing = Some(TimingConfig {
+        warmup: args.warmup,
+        iters: args.iters,
+        ..TimingConfig::default()
+    });
+    args.sandbox.apply(&mut base);
+    let mix = |cases: &[&Case]| {
+        let count = |kind| cases.iter().filter(|c| c.kind == kind).count();
+        format!(
+            "{} correct, {} incorrect, {} failing",
+            count(Kind::Correct),
+            count(Kind::Incorrect),
+            count(Kind::Failing)
+        )
+    };
+    let all: Vec<&Case> = cases.iter().collect();
+    let sample: Vec<&Case> = cases
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| {
+            (i / args.tasks as usize + c.task).is_multiple_of(args.off_every.max(1) as usize)
+        })
+        .map(|(_, c)| c)
+        .collect();
+    println!(
+        "bench-throughput on {}: {} candidates over {} tasks ({}); timing {} warm-up + {} timed \
+         iterations per side, {} trials",
+        args.device,
+        cases.len(),
+        args.tasks,
+        mix(&all),
+        args.warmup,
+        args.iters,
+        args.trials
+    );
+    let mut json = match &args.json {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot write {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut rates = BTreeMap::new();
+    let mut verdicts: BTreeMap<&str, Vec<(String, Verdict)>> = BTreeMap::new();
+    for (name, on) in [("ON", true), ("OFF", false)] {
+        if (on && args.modes == Modes::Off) || (!on && args.modes == Modes::On) {
+            continue;
+        }
+        let chosen = if on { &all } else { &sample };
+        println!("\n== {name}: {} candidates ({})", chosen.len(), mix(chosen));
+        let measured = run_mode(&runtime, &args, &base, on, chosen)?;
+        measured.print(args.device);
+        if let Some(file) = json.as_mut() {
+            measured.write_json(name, chosen, file)?;
+        }
+        rates.insert(name, measured.per_hour());
+        verdicts.insert(
+            name,
+            chosen
+                .iter()
+                .zip(&measured.rows)
+                .map(|(c, r)| (c.job.candidate_source.clone(), r.verdict))
+                .collect(),
+        );
+    }
+    if let (Some(on), Some(off)) = (rates.get("ON"), rates.get("OFF")) {
+        println!(
+            "\nthroughput ON / OFF: {:.1}x ({on:.0} vs {off:.0} evaluations/hour)",
+            on / off
+        );
+        let on_verdicts: BTreeMap<&String, Verdict> =
+            verdicts["ON"].iter().map(|(s, v)| (s, *v)).collect();
+        let differing = verdicts["OFF"]
+            .iter()
+            .filter(|(s, v)| on_verdicts.get(s) != Some(v))
+            .count();
+        println!(
+            "verdicts: {differing} of {} candidates judged in both modes differ",
+            verdicts["OFF"].len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The candidate set, task-interleaved: job k is candidate k / tasks of task k % tasks.
+fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Case>> {
+    let pairs: Vec<(String, PathBuf, PathBuf)> = match set {
+        CandidateSet::Kernelbench => {
+            let kb = args
+                .kernelbench
+                .clone()
+                .context("the KernelBench set needs --kernelbench DIR (or $KERNELBENCH)")?;
+            KERNELBENCH_SET
+                .iter()
+                .take(args.tasks as usize)
+                .map(|(level, name)| {
+                    (
+                        name.to_string(),
+                        kb.join(level).join(format!("{name}.py")),
+                        args.repo
+                            .join("examples/kernelbench")
+                            .join(level)
+                            .join(format!("{name}.py")),
+                    )
+                })
+                .collect()
+        }
+        CandidateSet::Builtin => BUILTIN_SET
+            .iter()
+            .take(args.tasks as usize)
+            .map(|name| {
+                (
+                    name.to_string(),
+                    args.repo.join("tasks/builtin").join(format!("{name}.py")),
+                    args.repo
+                        .join("examples/solutions")
+                        .join(format!("{name}.py")),
+                )
+            })
+            .collect(),
+    };
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let mut sources = Vec::new();
+    for (name, task, solution) in &pairs {
+        sources.push((name.clone(), read(task)?, read(solution)?));
+    }
+    let mut cases = Vec::new();
+    for variant in 0..args.per_task as usize {
+        for (task, (name, task_src, solution)) in sources.iter().enumerate() {
+            let (kind, candidate) = derive(solution, task, variant);
+            cases.push(Case {
+                task,
+                kind,
+                job: Job {
+                    task_name: name.clone(),
+                    task_source: task_src.clone(),
+                    candidate_source: candidate,
+                    options: JudgeOptions {
+                        seed: Some(1000 + (variant * 100 + task) as u64),
+                        ..JudgeOptions::default()
+                    },
+                    deadline: None,
+                },
+            });
+        }
+    }
+    Ok(cases)
+}
+
+/// The honest class, renamed so a derived `ModelNew` can build on it.
+const HONEST: &str = "_HonestModelNew";
+
+/// Candidate `variant` of a task, from its honest solution (pattern C I C F C I C F).
+fn derive(solution: &str, task: usize, variant: usize) -> (Kind, String) {
+    let renamed = || solution.replacen("class ModelNew(", &format!("class {HONEST}("), 1);
+    match variant % 8 {
+        1 | 5 => (
+            Kind::Incorrect,
+            format!(
+                "{}\n\nclass ModelNew({HONEST}):\n    # bench variant {variant}: a wrong scale\n    \
+                 def forward(self, *args):\n        return super().forward(*args) * 1.5\n",
+                renamed()
+            ),
+        ),
+        3 => (
+            Kind::Failing,
+            format!(
+                "{}\n\n@triton.jit\ndef _bench_broken_kernel(x_ptr):\n    \
+                 # not a power of two: Triton's compiler refuses it\n    \
+                 offs = tl.arange(0, 3)\n    tl.store(x_ptr + offs, tl.load(x_ptr + offs))\n\n\n\
+                 class ModelNew({HONEST}):\n    def forward(self, *args):\n        \
+                 scratch = torch.zeros(4, device=args[0].device)\n        \
+                 _bench_broken_kernel[(1,)](scratch)\n        return super().forward(*args)\n",
+                renamed()
+            ),
+        ),
+        7 if task.is_multiple_of(2) => (
+            Kind::Failing,
+            format!("{solution}\n\ndef _bench_variant_{variant}(:\n    pass\n"),
+        ),
+        7 => (
+            Kind::Failing,
+            format!(
+                "{}\n\nclass ModelNew({HONEST}):\n    def forward(self, *args):\n        \
+                 # bench variant {variant}: a TypeError at run time\n        \
+                 return super().forward(*args, \"one argument too many\")\n",
+                renamed()
+            ),
+        ),
+        _ => (
+            Kind::Correct,
+            format!("{solution}\n# bench variant {variant}\n"),
+        ),
+    }
+}
+
+thread_local! {
+    /// The job the current thread evaluates, for the probe.
+    static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// What the probe saw of one job.
+#[derive(Default, Clone)]
+struct Seen {
+    lock_wait_s: f64,
+    /// Reference-cache lookups in order: the plain reference, then the matched class.
+    cache_hits: Vec<bool>,
+    prestarted: bool,
+}
+
+struct Row {
+    verdict: Verdict,
+    kind: Kind,
+    wall_s: f64,
+    compile_s: f64,
+    gpu_s: f64,
+    lock_wait_s: f64,
+    overhead_s: f64,
+    /// What every evaluation pays whatever the candidate does: the static checks, waiting for
+    /// the processes, building the reference, loading the candidate, set-up and teardown.
+    fixed_s: f64,
+    stages: BTreeMap<String, f64>,
+    prestarted: bool,
+}
+
+struct Measured {
+    engine_start_s: f64,
+    batch_s: f64,
+    rows: Vec<Row>,
+    intervals: Vec<(Instant, Instant)>,
+    cache: (usize, usize),
+}
+
+fn run_mode(
+    runtime: &Runtime,
+    args: &ThroughputArgs,
+    base: &EvalConfig,
+    on: bool,
+    cases: &[&Case],
+) -> anyhow::Result<Measured> {
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::new(Mutex::new(vec![Seen::default(); cases.len()]));
+    let intervals = Arc::new(Mutex::new(Vec::new()));
+    let probe: Probe = {
+        let (seen, intervals) = (Arc::clone(&seen), Arc::clone(&intervals));
+        Arc::new(move |event| {
+            let Some(index) = CURRENT.with(Cell::get) else {
+                return;
+            };
+            let Ok(mut seen) = seen.lock() else { return };
+            let Some(job) = seen.get_mut(index) else {
+                return;
+            };
+            match event {
+                EngineEvent::GpuLockWait(waited) => job.lock_wait_s += waited.as_secs_f64(),
+                EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
+                EngineEvent::WorkersTaken { prestarted, .. } => job.prestarted |= prestarted,
+                EngineEvent::TimedPhases { entered, left } => {
+                    if let Ok(mut intervals) = intervals.lock() {
+                        intervals.push((entered, left));
+                    }
+                }
+            }
+        })
+    };
+    let options = if on {
+        EngineOptions {
+            concurrency: args.concurrency.max(1),
+            ..EngineOptions::default()
+        }
+    } else {
+        EngineOptions::plain()
+    };
+    let tuning = Tuning {
+        base: Some(base.clone()),
+        probe: Some(probe),
+        ..Tuning::default()
+    };
+    let created = Instant::now();
+    let engine = Engine::with_tuning(runtime.clone(), args.device, options, tuning)?;
+    let engine_start_s = created.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let results = evaluate_tagged(&engine, cases);
+    let batch_s = started.elapsed().as_secs_f64();
+    drop(engine);
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let cache = seen
+        .iter()
+        .flat_map(|s| &s.cache_hits)
+        .fold(
+            (0, 0),
+            |(h, m), hit| {
+                if *hit { (h + 1, m) } else { (h, m + 1) }
+            },
+        );
+    let rows = results
+        .iter()
+        .zip(cases)
+        .zip(&seen)
+        .map(|((result, case), seen)| row(result, case.kind, seen, on))
+        .collect();
+    let intervals = intervals.lock().map(|i| i.clone()).unwrap_or_default();
+    Ok(Measured {
+        engine_start_s,
+        batch_s,
+        rows,
+        intervals,
+        cache,
+    })
+}
+
+/// `evaluate_all`, with each thread's current job known to the probe.
+fn evaluate_tagged(engine: &Engine, cases: &[&Case]) -> Vec<EvalResult> {
+    let next = Mutex::new(0usize);
+    let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; cases.len()]);
+    let bar = indicatif::ProgressBar::new(cases.len() as u64);
+    std::thread::scope(|scope| {
+        for _ in 0..engine.options().concurrency.min(cases.len()) {
+            scope.spawn(|| {
+                loop {
+                    let index = {
+                        let Ok(mut next) = next.lock() else { return };
+                        *next += 1;
+                        *next - 1
+                    };
+                    let Some(case) = cases.get(index) else { return };
+                    CURRENT.with(|c| c.set(Some(index)));
+                    let result = engine.evaluate(&case.job);
+                    CURRENT.with(|c| c.set(None));
+                    bar.set_message(format!(
+                        "{} {}",
+                        case.job.task_name,
+                        result.verdict.as_str()
+                    ));
+                    bar.inc(1);
+                    if let Ok(mut results) = results.lock() {
+                        results[index] = Some(result);
+                    }
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// One evaluation's figures. `overhead = wall − compile − GPU work − GPU-lock wait`, where
+/// compile is the first trial less the median later trial (the candidate's Triton compilation
+/// and autotuning), GPU work is the timed iterations (warm-up included) of the candidate and of
+/// every reference timing measured in this evaluation (a cached one costs nothing), and the
+/// lock wait is time spent queued behind other evaluations' timed phases.
+fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
+    let mut stages: BTreeMap<String, f64> = BTreeMap::new();
+    for stage in &result.stages {
+        let name = if stage.name.starts_with("trial_") {
+            "trials"
+        } else {
+            stage.name.as_str()
+        };
+        *stages.entry(name.to_string()).or_default() += stage.duration_s;
+    }
+    let staged: f64 = result.stages.iter().map(|s| s.duration_s).sum();
+    stages.insert("(outside stages)".into(), (result.wall_s - staged).max(0.0));
+    let trials: Vec<f64> = result
+        .stages
+        .iter()
+        .filter(|s| s.name.starts_with("trial_") && s.status == crucible_result::StageStatus::Ok)
+        .map(|s| s.duration_s)
+        .collect();
+    let compile_s = match trials.split_first() {
+        Some((first, rest)) if !rest.is_empty() => (first - median(rest)).max(0.0),
+        _ => 0.0,
+    };
+    let gpu_s = result.timing.as_ref().map_or(0.0, |t| {
+        let side = |s: &Stats| s.mean_ms * f64::from(s.n + t.warmup) / 1e3;
+        // OFF measures every reference timing; ON only the cache misses.
+        let measured = |i: usize| !on || seen.cache_hits.get(i) == Some(&false);
+        let mut gpu = side(&t.candidate);
+        if measured(0) {
+            gpu += side(&t.reference);
+        }
+        if let (Some(matched), true) = (&t.reference_matched, measured(1)) {
+            gpu += side(matched);
+        }
+        gpu
+    });
+    let fixed_s = ["verify", "start", "reference", "load", "(outside stages)"]
+        .iter()
+        .filter_map(|name| stages.get(*name))
+        .sum();
+    Row {
+        verdict: result.verdict,
+        fixed_s,
+        kind,
+        wall_s: result.wall_s,
+        compile_s,
+        gpu_s,
+        lock_wait_s: seen.lock_wait_s,
+        overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
+        stages,
+        prestarted: seen.prestarted,
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    Stats::from_samples(values).map_or(f64::NAN, |s| s.median_ms)
+}
+
+impl Measured {
+    fn per_hour(&self) -> f64 {
+        self.rows.len() as f64 / self.batch_s * 3600.0
+    }
+
+    fn print(&self, device: Device) {
+        let n = self.rows.len();
+        println!(
+            "  engine start-up (device probe, pool spawn; once per worker, not in the rate): {:.2} s",
+            self.engine_start_s
+        );
+        println!(
+            "  batch wall {:.1} s for {n} evaluations: {:.0} evaluations/hour ({:.2} s each)",
+            self.batch_s,
+            self.per_hour(),
+            self.batch_s / n.max(1) as f64
+        );
+        let mut verdicts: BTreeMap<&str, usize> = BTreeMap::new();
+        for row in &self.rows {
+            *verdicts.entry(row.verdict.as_str()).or_default() += 1;
+        }
+        println!("  verdicts: {verdicts:?}");
+        let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
+        println!(
+            "  prestarted pairs used: {prestarted}/{n}; reference cache: {} hits, {} measured",
+            self.cache.0, self.cache.1
+        );
+        println!("  per stage (median over the evaluations that ran it / sum over all):");
+        let mut names: Vec<&String> = self.rows.iter().flat_map(|r| r.stages.keys()).collect();
+        names.sort_by_key(|name| stage_order(name));
+        names.dedup();
+        for name in names {
+            let values: Vec<f64> = self
+                .rows
+                .iter()
+                .filter_map(|r| r.stages.get(name).copied())
+                .collect();
+            println!(
+                "    {:<18} {:>8.3} s median {:>9.2} s sum  ({} evaluations)",
+                name,
+                median(&values),
+                values.iter().sum::<f64>(),
+                values.len()
+            );
+        }
+        let column = |f: &dyn Fn(&Row) -> f64| -> (f64, f64) {
+            let values: Vec<f64> = self.rows.iter().map(f).collect();
+            (median(&values), values.iter().sum())
+        };
+        for (label, (med, sum)) in [
+            ("wall", column(&|r| r.wall_s)),
+            ("candidate compile", column(&|r| r.compile_s)),
+            ("GPU work (timed iterations run)", column(&|r| r.gpu_s)),
+            ("GPU-lock wait", column(&|r| r.lock_wait_s)),
+            ("judge overhead", column(&|r| r.overhead_s)),
+            (
+                "fixed part (verify+start+reference+load+outside)",
+                column(&|r| r.fixed_s),
+            ),
+        ] {
+            println!("    {label:<50} {med:>8.3} s median {sum:>9.2} s sum");
+        }
+        for kind in [Kind::Correct, Kind::Incorrect, Kind::Failing] {
+            let values: Vec<f64> = self
+                .rows
+                .iter()
+                .filter(|r| r.kind == kind)
+                .map(|r| r.overhead_s)
+                .collect();
+            if !values.is_empty() {
+                println!(
+                    "    judge overhead, {:<10} {:>8.3} s median {:>8.3} s mean",
+                    format!("{kind:?}").to_lowercase(),
+                    median(&values),
+                    values.iter().sum::<f64>() / values.len() as f64
+                );
+            }
+        }
+        println!(
+            "  judge overhead = wall - candidate compile (first trial - median later trial) - GPU \
+             work (timed iterations incl. warm-up of the candidate and of each reference timing \
+             measured, not cached) - GPU-lock wait (queued behind other evaluations' timed phases)"
+        );
+        if device.is_gpu() && !self.intervals.is_empty() {
+            let mut intervals = self.intervals.clone();
+            intervals.sort();
+            let overlaps = intervals.windows(2).filter(|w| w[1].0 < w[0].1).count();
+            let held: f64 = intervals.iter().map(|(a, b)| (*b - *a).as_secs_f64()).sum();
+            println!(
+                "  timed phases: {} under the GPU lock, {held:.1} s held, {overlaps} overlapping",
+                intervals.len()
+            );
+        }
+    }
+
+    fn write_json(
+        &self,
+        mode: &str,
+        cases: &[&Case],
+        file: &mut std::fs::File,
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+        for (row, case) in self.rows.iter().zip(cases) {
+            let line = serde_json::json!({
+                "mode": mode,
+                "task": case.job.task_name,
+                "kind": format!("{:?}", row.kind).to_lowercase(),
+                "verdict": row.verdict.as_str(),
+                "wall_s": row.wall_s,
+                "compile_s": row.compile_s,
+                "gpu_s": row.gpu_s,
+                "lock_wait_s": row.lock_wait_s,
+                "overhead_s": row.overhead_s,
+                "fixed_s": row.fixed_s,
+                "prestarted": row.prestarted,
+                "stages": row.stages,
+            });
+            writeln!(file, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Stages in the order they run.
+fn stage_order(name: &str) -> usize {
+    const ORDER: &[&str] = &[
+        "verify",
+        "setup",
+        "start",
+        "reference",
+        "load",
+        "trials",
+        "repeat",
+        "precision",
+        "generalize",
+        "timing",
+        "profile",
+        "timed-output",
+        "(outside stages)",
+    ];
+    ORDER.iter().position(|n| *n == name).unwrap_or(ORDER.len())
+}
