@@ -2,6 +2,7 @@
 
 mod audit_cmd;
 mod bench_cmd;
+mod bench_load_cmd;
 mod eval_cmd;
 mod report_cmd;
 mod rl_cmd;
@@ -50,6 +51,8 @@ enum Command {
     Serve(serve_cmd::ServeArgs),
     /// Judge queued tasks on one device (started by `serve`, or on other nodes with Redis).
     Worker(serve_cmd::WorkerArgs),
+    /// Measure the API's submit rate and latency on loopback, with and without a deep queue.
+    BenchLoad(bench_load_cmd::BenchLoadArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::SandboxExec(args) => sandbox_cmd::run_exec(args),
         Command::Serve(args) => serve_cmd::run_serve(args),
         Command::Worker(args) => serve_cmd::run_worker(args),
+        Command::BenchLoad(args) => bench_load_cmd::run(args),
     };
     match outcome {
         Ok(code) => code,
