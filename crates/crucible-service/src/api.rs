@@ -43,14 +43,18 @@ pub struct JudgeOptionsBody {
 #[serde(deny_unknown_fields)]
 pub struct TaskSubmission {
     /// Display name and part of the cache key, e.g. `01_relu` (default `task`).
+    #[schema(pattern = r"^[A-Za-z0-9_.:/@-]{1,128}$")]
     pub task_name: Option<String>,
     /// The task file's text (`Model`, `get_inputs`, `get_init_inputs`); at most 1 MiB.
+    #[schema(pattern = r"^[^\x00]*\S[^\x00]*$", max_length = 1048576)]
     pub task_source: String,
     /// The candidate file's text (`ModelNew`); at most 1 MiB.
+    #[schema(pattern = r"^[^\x00]*\S[^\x00]*$", max_length = 1048576)]
     pub candidate_source: String,
     #[serde(default)]
     pub options: Option<JudgeOptionsBody>,
     /// Fair-share key; overrides the `X-Crucible-Client` header (default `anonymous`).
+    #[schema(pattern = r"^[A-Za-z0-9_.:/@-]{1,128}$")]
     pub client: Option<String>,
     /// -10..=10, higher first (default 0).
     #[schema(minimum = -10, maximum = 10)]
@@ -69,7 +73,9 @@ pub struct TaskSubmission {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchSubmission {
+    #[schema(min_items = 1)]
     pub tasks: Vec<TaskSubmission>,
+    #[schema(pattern = r"^[A-Za-z0-9_.:/@-]{1,128}$")]
     pub client: Option<String>,
     #[schema(minimum = -10, maximum = 10)]
     pub priority: Option<i32>,

@@ -32,6 +32,7 @@ struct Follow {
     responses(
         (status = 200, description = "`text/event-stream`: `task` events, then `end`", content_type = "text/event-stream", body = String),
         (status = 404, description = "no such batch", body = crate::error::ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = crate::error::ErrorBody),
         (status = 503, description = "store unavailable", body = crate::error::ErrorBody)),
     tag = "batches")]
 pub async fn batch_events(

@@ -78,7 +78,7 @@ pub fn router(store: Arc<Store>, config: ServiceConfig) -> Router {
         limits: Arc::new(config.limits.clone()),
         http: metrics::HttpMetrics::default(),
     };
-    let doc = openapi::document();
+    let doc = openapi::document(&config.limits);
     let task_limit = DefaultBodyLimit::max(config.limits.max_task_body_bytes());
     let batch_limit = DefaultBodyLimit::max(config.limits.max_batch_bytes);
     Router::new()

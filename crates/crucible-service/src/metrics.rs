@@ -72,7 +72,8 @@ struct WorkerLabel {
 /// Prometheus metrics: queue depth by priority, per-stage latency, verdicts, restarts, cache.
 #[utoipa::path(get, path = "/metrics",
     responses(
-        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 200, description = "Prometheus text format", content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String),
+        (status = 401, description = "missing or wrong bearer token", body = crate::error::ErrorBody),
         (status = 503, description = "store unavailable", body = crate::error::ErrorBody)),
     tag = "service")]
 pub async fn metrics(State(app): State<AppState>) -> Result<Response, ApiError> {

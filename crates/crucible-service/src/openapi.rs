@@ -46,7 +46,20 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// The document as served at `/v1/openapi.json`.
-pub fn document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The document as served at `/v1/openapi.json`, with this server's own limits filled in.
+pub fn document(limits: &crate::Limits) -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let wait_max = limits.max_wait.as_secs_f64();
+    if let Some(params) = doc
+        .pointer_mut("/paths/~1v1~1tasks~1{id}/get/parameters")
+        .and_then(|p| p.as_array_mut())
+    {
+        for param in params.iter_mut().filter(|p| p["name"] == "wait") {
+            param["schema"]["maximum"] = serde_json::json!(wait_max);
+            param["description"] = serde_json::json!(format!(
+                "Hold the request until the task is terminal or this many seconds passed (0..={wait_max})."
+            ));
+        }
+    }
+    doc
 }

@@ -62,12 +62,13 @@ fn parse_batch_id(path: Result<Path<String>, PathRejection>) -> Result<BatchId, 
 
 /// Queue one evaluation; answers with its id at once.
 #[utoipa::path(post, path = "/v1/tasks", request_body = TaskSubmission,
-    params(("X-Crucible-Client" = Option<String>, Header, description = "fair-share client name")),
+    params(("X-Crucible-Client" = Option<String>, Header, description = "fair-share client name", pattern = r"^[A-Za-z0-9_.:/@-]{1,128}$")),
     responses(
         (status = 202, description = "queued", body = Submitted),
         (status = 400, description = "not JSON", body = ErrorBody),
         (status = 413, description = "too large", body = ErrorBody),
         (status = 422, description = "invalid field", body = ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
         (status = 503, description = "store unavailable", body = ErrorBody)),
     tag = "tasks")]
 pub async fn submit_task(
@@ -88,12 +89,13 @@ pub async fn submit_task(
 
 /// Queue many evaluations in one call (one store transaction).
 #[utoipa::path(post, path = "/v1/batches", request_body = BatchSubmission,
-    params(("X-Crucible-Client" = Option<String>, Header, description = "fair-share client name")),
+    params(("X-Crucible-Client" = Option<String>, Header, description = "fair-share client name", pattern = r"^[A-Za-z0-9_.:/@-]{1,128}$")),
     responses(
         (status = 202, description = "queued", body = BatchSubmitted),
         (status = 400, description = "not JSON", body = ErrorBody),
         (status = 413, description = "too large", body = ErrorBody),
         (status = 422, description = "invalid field", body = ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
         (status = 503, description = "store unavailable", body = ErrorBody)),
     tag = "batches")]
 pub async fn submit_batch(
@@ -148,6 +150,7 @@ pub async fn submit_batch(
         (status = 200, description = "the task", body = TaskView),
         (status = 400, description = "bad wait", body = ErrorBody),
         (status = 404, description = "no such task", body = ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
         (status = 503, description = "store unavailable", body = ErrorBody)),
     tag = "tasks")]
 pub async fn get_task(
@@ -164,7 +167,7 @@ pub async fn get_task(
             return Err(ApiError::bad_request(
                 "invalid_wait",
                 format!(
-                    "wait must be 0..={} seconds",
+                    "wait must be 0..={} seconds (this server's limit)",
                     app.limits.max_wait.as_secs_f64()
                 ),
             ));
@@ -192,6 +195,7 @@ pub async fn get_task(
     responses(
         (status = 200, description = "the outcome", body = CancelOutcome),
         (status = 404, description = "no such task", body = ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
         (status = 503, description = "store unavailable", body = ErrorBody)),
     tag = "tasks")]
 pub async fn cancel_task(
@@ -229,6 +233,7 @@ pub async fn batch_tasks(app: &AppState, id: &BatchId) -> Result<Vec<TaskView>, 
     responses(
         (status = 200, description = "the batch", body = BatchView),
         (status = 404, description = "no such batch", body = ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
         (status = 503, description = "store unavailable", body = ErrorBody)),
     tag = "batches")]
 pub async fn get_batch(
@@ -251,6 +256,7 @@ pub async fn get_batch(
 #[utoipa::path(get, path = "/v1/workers",
     responses(
         (status = 200, description = "the workers", body = Vec<WorkerView>),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
         (status = 503, description = "store unavailable", body = ErrorBody)),
     tag = "workers")]
 pub async fn list_workers(State(app): State<AppState>) -> Result<Json<Vec<WorkerView>>, ApiError> {
@@ -261,7 +267,7 @@ pub async fn list_workers(State(app): State<AppState>) -> Result<Json<Vec<Worker
 }
 
 /// Store reachable, live workers, queue depth; 503 when the store is down.
-#[utoipa::path(get, path = "/healthz",
+#[utoipa::path(get, path = "/healthz", security(()),
     responses(
         (status = 200, description = "serving", body = Health),
         (status = 503, description = "store unreachable", body = Health)),

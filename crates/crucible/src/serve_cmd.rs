@@ -41,6 +41,9 @@ pub struct ServeArgs {
     /// Most tasks in one batch.
     #[arg(long, default_value_t = 10_000)]
     max_batch_tasks: usize,
+    /// The longest `GET /v1/tasks/{id}?wait=` a client may ask for, in seconds.
+    #[arg(long, default_value_t = 300.0)]
+    max_wait_secs: f64,
     /// On SIGTERM, how long workers may take to finish what they hold before they are killed.
     #[arg(long, default_value_t = 120.0)]
     drain_secs: f64,
@@ -243,6 +246,7 @@ pub fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let limits = Limits {
         max_batch_bytes: args.max_batch_mib << 20,
         max_batch_tasks: args.max_batch_tasks,
+        max_wait: secs("--max-wait-secs", args.max_wait_secs)?,
         ..Limits::default()
     };
     let config = ServiceConfig {

@@ -537,3 +537,68 @@ fn kill_9_and_restart_with_redis_completes_every_task_once() {
     let Some(redis) = Redis::start() else { return };
     survive_kills(&format!("redis://127.0.0.1:{}/0", redis.port));
 }
+
+/// schemathesis (pinned in python/requirements-dev.lock; `scripts/test` exports its directory as
+/// `CRUCIBLE_DEVTOOLS`) against the served OpenAPI document: no 5xx, and every answer as the
+/// document says (status codes, content types, schemas, 4xx for invalid input, 401 without the
+/// token). Not checked: response time (long-polls wait on purpose) and schemathesis's
+/// "positive data acceptance", which counts a non-object body as schema-valid. The stateful
+/// phase is left out: without workers, every task it creates would hold a long-poll open.
+#[test]
+fn schemathesis_finds_no_server_error() {
+    let Some(devtools) = std::env::var_os("CRUCIBLE_DEVTOOLS").map(PathBuf::from) else {
+        eprintln!(
+            "SKIPPED: CRUCIBLE_DEVTOOLS is unset (scripts/test sets it); schemathesis not run"
+        );
+        return;
+    };
+    let st = devtools.join("bin/st");
+    if !st.exists() {
+        eprintln!(
+            "SKIPPED: {} is absent (schemathesis needs Python >= 3.11)",
+            st.display()
+        );
+        return;
+    }
+    let python = std::env::var_os("CRUCIBLE_PYTHON").unwrap_or_else(|| "python3".into());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let queue = format!("sqlite://{}", dir.path().join("q.db").display());
+    let port = free_port();
+    let server = Server::start_with(
+        &queue,
+        &format!("127.0.0.1:{port}"),
+        port,
+        Some("fuzz-token"),
+        &["--workers", "0", "--max-wait-secs", "1"],
+    );
+    let checks = [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "response_headers_conformance",
+        "negative_data_rejection",
+        "missing_required_header",
+        "ignored_auth",
+    ];
+    let output = Command::new(python)
+        .arg(&st)
+        .args(["run", &format!("{}/v1/openapi.json", server.base)])
+        .args(["-H", "Authorization: Bearer fuzz-token"])
+        .args(["--checks", &checks.join(",")])
+        .args(["--phases", "examples,coverage,fuzzing"])
+        .args(["--max-examples", "50", "--request-timeout", "30"])
+        .arg("--generation-deterministic")
+        .env("PYTHONPATH", &devtools)
+        .env("SCHEMATHESIS_HOOKS", "")
+        .output()
+        .expect("run schemathesis");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "schemathesis found failures:\n{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(report.contains("passed"), "{report}");
+    drop(server);
+}
