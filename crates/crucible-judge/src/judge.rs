@@ -603,10 +603,10 @@ impl Workers {
         Workers::spawn(runtime, cfg, cfg.times())
     }
 
-    /// Spawns both processes; `warm_profiler` as in [`Workers::start`]. An evaluation that
-    /// starts its own processes does not warm it: most candidates are never profiled, and they
-    /// would wait for it.
-    pub(crate) fn spawn(
+    /// Spawns both processes; `warm_profiler` as in [`Workers::start`] (it has an effect only
+    /// when correct candidates will be timed on a GPU). An evaluation that starts its own
+    /// processes does not warm it: most candidates are never profiled, and they would wait.
+    pub fn spawn(
         runtime: &Runtime,
         cfg: &EvalConfig,
         warm_profiler: bool,
@@ -650,7 +650,7 @@ impl Workers {
             .unwrap_or_default();
         let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
         let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
-        if warm_profiler {
+        if warm_profiler && cfg.times() {
             candidate_env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
         }
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {

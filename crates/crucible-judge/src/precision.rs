@@ -724,6 +724,7 @@ mod tests {
             max_ms: median_ms,
             iqr_ms: 0.0,
             cv: 0.0,
+            samples_ms: vec![median_ms],
         };
         let timing = Timing {
             reference: stats(2.0),

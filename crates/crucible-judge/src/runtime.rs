@@ -250,9 +250,16 @@ facts = {k: info[k] for k in ("torch", "triton", "cuda", "python", "device_name"
 facts["uuid"] = facts["pci_bus_id"] = None
 if device.startswith("cuda"):
     props = torch.cuda.get_device_properties(0)
-    facts["uuid"] = str(getattr(props, "uuid", "")) or None
-    if hasattr(props, "pci_bus_id"):
-        facts["pci_bus_id"] = "%04x:%02x:%02x" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+    # Whatever this torch exposes; a missing identity only means a lock keyed by the index.
+    try:
+        facts["uuid"] = str(props.uuid) or None
+    except Exception:
+        pass
+    try:
+        ids = (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+        facts["pci_bus_id"] = "%04x:%02x:%02x" % ids
+    except Exception:
+        pass
 print(json.dumps(facts))
 "#;
     let home = tempfile::tempdir().map_err(InfraError::io("creating a scratch directory"))?;

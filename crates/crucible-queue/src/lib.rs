@@ -15,6 +15,7 @@
 //! A [`Store`] is `Send + Sync`: share one behind an `Arc` and call it from blocking threads.
 
 mod content;
+mod listing;
 mod redis_lua;
 mod redis_store;
 mod sqlite;
@@ -23,6 +24,7 @@ mod types;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use content::{cache_key, dedup_key, infra_error_result, timeout_result};
+pub use listing::{FindingSummary, FinishedCounts, Listing, TaskSummary};
 pub use redis_store::RedisStore;
 pub use sqlite::SqliteStore;
 pub use types::*;
@@ -44,6 +46,9 @@ pub enum QueueError {
     /// The stored data contradicts itself (e.g. an unknown state string).
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The backend cannot do this operation.
+    #[error("not supported by this backend: {0}")]
+    Unsupported(&'static str),
     #[error("creating the store's directory {path}: {source}")]
     Io {
         path: String,
@@ -110,6 +115,12 @@ impl Store {
     /// One task, if the store still holds it.
     pub fn task(&self, id: &str) -> Result<Option<TaskRecord>> {
         dispatch!(self, s => s.task(id))
+    }
+
+    /// Several tasks in one round trip (one snapshot on SQLite, one pipeline on Redis), in the
+    /// order asked; unknown ids are left out.
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        dispatch!(self, s => s.tasks(ids))
     }
 
     /// The tasks of a batch, in submission order.
@@ -183,10 +194,7 @@ impl Store {
         let give_up = std::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(5);
         loop {
-            let records = ids
-                .iter()
-                .filter_map(|id| self.task(id).transpose())
-                .collect::<Result<Vec<_>>>()?;
+            let records = self.tasks(ids)?;
             let all_done = records.iter().all(|r| r.state.is_terminal());
             if all_done || std::time::Instant::now() >= give_up {
                 return Ok(records);

@@ -19,10 +19,15 @@ use crate::{QueueError, Result, new_id, now_unix};
 /// Tasks per submit script call: big enough to amortize the call, small enough that one call
 /// never holds Redis for long.
 const SUBMIT_CHUNK: usize = 500;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for one reply (a 10k-task submit pipeline takes about a second).
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often (seconds) `claim` itself looks for expired leases.
 const RECLAIM_EVERY_S: f64 = 1.0;
 /// Pending entries idle this long are checked for orphans (their task no longer runs on them).
 const ORPHAN_IDLE_MS: u64 = 10 * 60 * 1000;
+/// How often (seconds) `sweep` looks for orphans.
+const ORPHAN_CHECK_EVERY_S: f64 = 60.0;
 
 /// The fields `TaskRecord` is read from, in this order.
 const RECORD_FIELDS: [&str; 16] = [
@@ -52,6 +57,8 @@ pub struct RedisStore {
     scripts: Scripts,
     config: StoreConfig,
     last_reclaim: Mutex<f64>,
+    /// When this handle last looked for orphaned pending entries (one XAUTOCLAIM per stream).
+    last_orphan_check: Mutex<f64>,
 }
 
 /// A pooled connection, returned to the pool when dropped.
@@ -140,6 +147,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             config,
             last_reclaim: Mutex::new(0.0),
+            last_orphan_check: Mutex::new(0.0),
         };
         // Fail at open, not at the first request, when the server is unreachable.
         let mut con = store.con()?;
@@ -152,7 +160,13 @@ impl RedisStore {
         let idle = self.pool.lock().ok().and_then(|mut pool| pool.pop());
         let con = match idle {
             Some(con) => con,
-            None => self.client.get_connection()?,
+            None => {
+                // A Redis that went away must fail the call, not hang the caller's thread.
+                let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+                con.set_read_timeout(Some(IO_TIMEOUT))?;
+                con.set_write_timeout(Some(IO_TIMEOUT))?;
+                con
+            }
         };
         Ok(Pooled {
             store: self,
@@ -202,7 +216,6 @@ impl RedisStore {
         let mut con = self.con()?;
         let versions = self.live_versions(&mut con, now)?;
         let ids: Vec<TaskId> = specs.iter().map(|_| new_id()).collect();
-        self.scripts.submit.load(&mut *con)?;
         let mut pipe = redis::pipe();
         for (chunk_specs, chunk_ids) in specs.chunks(SUBMIT_CHUNK).zip(ids.chunks(SUBMIT_CHUNK)) {
             let call = pipe
@@ -238,7 +251,14 @@ impl RedisStore {
             }
             call.ignore();
         }
-        pipe.query::<()>(&mut *con)?;
+        match pipe.query::<()>(&mut *con) {
+            // A fresh (or restarted) server has no scripts cached: then no call ran.
+            Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+                self.scripts.submit.load(&mut *con)?;
+                pipe.query::<()>(&mut *con)?;
+            }
+            other => other?,
+        }
         Ok(ids)
     }
 
@@ -261,6 +281,12 @@ impl RedisStore {
     pub fn task(&self, id: &str) -> Result<Option<TaskRecord>> {
         let mut con = self.con()?;
         Ok(self.records(&mut con, &[id.to_string()])?.pop())
+    }
+
+    /// See [`crate::Store::tasks`].
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        let mut con = self.con()?;
+        self.records(&mut con, ids)
     }
 
     /// See [`crate::Store::batch`].
@@ -546,6 +572,19 @@ impl RedisStore {
         Ok((requeued, exhausted))
     }
 
+    /// Whether a minute has passed since this handle last looked for orphans.
+    fn orphan_check_due(&self, now: f64) -> Result<bool> {
+        let mut last = self
+            .last_orphan_check
+            .lock()
+            .map_err(|_| QueueError::Corrupt("orphan clock poisoned".into()))?;
+        if now - *last < ORPHAN_CHECK_EVERY_S {
+            return Ok(false);
+        }
+        *last = now;
+        Ok(true)
+    }
+
     /// XAUTOCLAIMs pending entries idle past `ORPHAN_IDLE_MS` in every stream and drops those
     /// whose task no longer runs under them, so pending lists cannot grow without bound.
     fn drop_orphans(&self, con: &mut Connection) -> Result<()> {
@@ -590,7 +629,9 @@ impl RedisStore {
         let cutoff = now - self.config.retention.as_secs_f64();
         let purged = self.purge_finished(&mut con, cutoff)?;
         self.purge_cached(&mut con, cutoff)?;
-        self.drop_orphans(&mut con)?;
+        if self.orphan_check_due(now)? {
+            self.drop_orphans(&mut con)?;
+        }
         Ok(SweepReport {
             requeued,
             exhausted,
@@ -797,4 +838,37 @@ fn autoclaim_entries(reply: &Value) -> (Option<String>, Vec<(String, String)>) {
         }
     }
     (next, entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn xautoclaim_replies_give_cursor_entries_and_task_ids() {
+        // Redis 7: [next cursor, [[entry id, [field, value, ...]], ...], [deleted ids]].
+        let reply = Value::Array(vec![
+            bulk("1700000000000-5"),
+            Value::Array(vec![
+                Value::Array(vec![
+                    bulk("1700000000000-1"),
+                    Value::Array(vec![bulk("id"), bulk("task-a")]),
+                ]),
+                // An entry deleted meanwhile comes back as nil fields: skipped.
+                Value::Array(vec![bulk("1700000000000-2"), Value::Nil]),
+            ]),
+            Value::Array(vec![]),
+        ]);
+        let (next, entries) = autoclaim_entries(&reply);
+        assert_eq!(next.as_deref(), Some("1700000000000-5"));
+        assert_eq!(
+            entries,
+            vec![("1700000000000-1".to_string(), "task-a".to_string())]
+        );
+        assert_eq!(autoclaim_entries(&Value::Nil), (None, Vec::new()));
+    }
 }

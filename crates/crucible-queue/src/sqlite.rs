@@ -5,6 +5,8 @@
 //! however many tasks wait. Every write runs in a `BEGIN IMMEDIATE` transaction: SQLite
 //! serializes them across processes, which is what makes a claim and a complete atomic.
 
+mod listing;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -53,6 +55,9 @@ CREATE INDEX IF NOT EXISTS tasks_finished ON tasks(finished_at) WHERE finished_a
 CREATE INDEX IF NOT EXISTS tasks_dedup ON tasks(dedup_key)
     WHERE dedup_key IS NOT NULL AND shared_with IS NULL AND state IN ('queued', 'running');
 CREATE INDEX IF NOT EXISTS tasks_followers ON tasks(shared_with) WHERE shared_with IS NOT NULL;
+-- The dashboard's verdict counts of a time window, answered from the index alone.
+CREATE INDEX IF NOT EXISTS tasks_finished_verdict ON tasks(finished_at, json_extract(result, '$.verdict'), state, cached, shared_with)
+    WHERE finished_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS queue (
     priority INTEGER NOT NULL,
     client TEXT NOT NULL,
@@ -80,9 +85,26 @@ const RECLAIM_EVERY_S: f64 = 1.0;
 
 /// The SQLite backend (see the module docs). Open it through [`crate::Store::open`].
 pub struct SqliteStore {
+    /// Every write goes through this one (SQLite admits one writer at a time anyway).
     conn: Mutex<Connection>,
+    /// Reads use their own connection: in WAL mode they need not wait for a write (a 10k-task
+    /// submit, say) in this process.
+    reader: Mutex<Connection>,
     config: StoreConfig,
     last_reclaim: Mutex<f64>,
+}
+
+/// One connection to the database file, set up for sharing it with other processes.
+fn connect(path: &str) -> Result<Connection> {
+    let conn = Connection::open(path)?;
+    // Several processes share the file: wait for a writer rather than fail at once.
+    conn.busy_timeout(Duration::from_secs(30))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // WAL + NORMAL: a committed transaction survives a process crash (kill -9); only an OS
+    // crash or power loss can lose the last transactions.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
 }
 
 /// The columns of a task that the state machine needs.
@@ -308,17 +330,12 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let conn = Connection::open(path)?;
-        // Several processes share the file: wait for a writer rather than fail at once.
-        conn.busy_timeout(Duration::from_secs(30))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        // WAL + NORMAL: a committed transaction survives a process crash (kill -9); only an OS
-        // crash or power loss can lose the last transactions.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let conn = connect(path)?;
         conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))?;
-        conn.set_prepared_statement_cache_capacity(64);
+        let reader = connect(path)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            reader: Mutex::new(reader),
             config,
             last_reclaim: Mutex::new(0.0),
         })
@@ -336,13 +353,16 @@ impl SqliteStore {
         Ok(value)
     }
 
-    /// Runs read-only `work` on the connection.
+    /// Runs read-only `work` in one read transaction (one consistent snapshot).
     fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self
-            .conn
+        let mut conn = self
+            .reader
             .lock()
             .map_err(|_| QueueError::Corrupt("a thread panicked holding the connection".into()))?;
-        work(&conn)
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let value = work(&tx)?;
+        tx.finish()?;
+        Ok(value)
     }
 
     fn live_versions(&self, tx: &Transaction<'_>, now: f64) -> Result<Vec<String>> {
@@ -375,6 +395,19 @@ impl SqliteStore {
                 .prepare_cached(&sql)?
                 .query_row([id], record_from_row)
                 .optional()?)
+        })
+    }
+
+    /// See [`crate::Store::tasks`].
+    pub fn tasks(&self, ids: &[TaskId]) -> Result<Vec<TaskRecord>> {
+        self.read(|conn| {
+            let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1");
+            let mut statement = conn.prepare_cached(&sql)?;
+            let mut records = Vec::with_capacity(ids.len());
+            for id in ids {
+                records.extend(statement.query_row([id], record_from_row).optional()?);
+            }
+            Ok(records)
         })
     }
 

@@ -2,6 +2,7 @@
 //! `redis-server` started per test on a free port (skipped, with a message, when absent).
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -25,7 +26,11 @@ struct RedisServer {
 impl RedisServer {
     fn start() -> Option<RedisServer> {
         if !Path::new(REDIS_SERVER).exists() {
-            eprintln!("SKIPPED: {REDIS_SERVER} is absent, the Redis backend is not tested");
+            // Straight to stderr, not through the test harness's capture: a skip must show.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {REDIS_SERVER} is absent, the Redis backend is not tested"
+            );
             return None;
         }
         let dir = tempfile::tempdir().expect("temp dir");
@@ -201,6 +206,13 @@ fn submit_claim_complete(f: &Fixture) {
     assert!(done.finished_at.is_some() && done.started_at.is_some());
     assert_eq!(store.batch("b1").unwrap().len(), 1);
     assert!(store.task("no-such-task").unwrap().is_none());
+    let both = store
+        .tasks(&[ids[0].clone(), "no-such-task".into(), ids[0].clone()])
+        .unwrap();
+    assert_eq!(both.len(), 2, "unknown ids are left out");
+    assert!(store.batch("no-such-batch").unwrap().is_empty());
+    assert!(store.tasks(&[]).unwrap().is_empty());
+    assert!(both.iter().all(|r| r.id == ids[0]));
     assert!(
         !store.renew(&lease, LEASE).unwrap(),
         "a finished task's lease is stale"
@@ -322,15 +334,16 @@ fn cancel(f: &Fixture) {
 
 fn deadline_gives_timeout_result(f: &Fixture) {
     let store = f.open();
+    // Deadlines long enough that a loaded machine still claims before them.
     let mut queued = spec("queued", "c", 0);
-    queued.deadline_s = Some(0.05);
+    queued.deadline_s = Some(0.3);
     let mut running = spec("running", "c", 1);
-    running.deadline_s = Some(0.05);
+    running.deadline_s = Some(0.3);
     let ids = store.submit(None, vec![queued, running]).unwrap();
     let lease = claim(&store, "w").unwrap();
     assert_eq!(lease.task_id, ids[1]);
     assert!(lease.deadline_at.is_some());
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(350));
     let report = store.sweep(now_unix()).unwrap();
     assert_eq!(report.timed_out, 2, "{report:?}");
     for id in &ids {
@@ -642,6 +655,77 @@ fn concurrent_claimers_never_share_a_task(f: &Fixture) {
     assert_eq!(store.stats().unwrap().done, TASKS as u64);
 }
 
+/// Workers that die (drop their lease) now and then, while a sweeper re-queues expired leases:
+/// every task still ends with exactly one accepted `complete`.
+fn exactly_once_under_dying_workers(f: &Fixture) {
+    const TASKS: usize = 120;
+    let config = StoreConfig {
+        max_attempts: 1000,
+        ..StoreConfig::default()
+    };
+    let store = f.open_with(config.clone());
+    let specs: Vec<_> = (0..TASKS).map(|i| spec(&format!("t{i}"), "c", 0)).collect();
+    let ids = store.submit(None, specs).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let store = f.open_with(config.clone());
+        let done = done.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                store.sweep(now_unix()).unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let store = f.open_with(config.clone());
+            let ids = ids.clone();
+            std::thread::spawn(move || {
+                let mut accepted = Vec::new();
+                let mut turn = 0usize;
+                loop {
+                    let Some(lease) = store
+                        .claim(&worker(&format!("w{w}")), Duration::from_millis(40))
+                        .unwrap()
+                    else {
+                        let records = store.tasks(&ids).unwrap();
+                        if records.iter().all(|r| r.state.is_terminal()) {
+                            return accepted;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    turn += 1;
+                    if turn % 4 == w {
+                        continue; // dies: never completes, never renews
+                    }
+                    if store.complete(&lease, result("correct", &[])).unwrap() {
+                        accepted.push(lease.task_id);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    for worker in workers {
+        accepted.extend(worker.join().expect("worker thread"));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sweeper.join().expect("sweeper thread");
+    assert_eq!(accepted.len(), TASKS, "one accepted complete per task");
+    assert_eq!(accepted.iter().collect::<HashSet<_>>().len(), TASKS);
+    let stats = store.stats().unwrap();
+    assert_eq!(
+        (stats.done, stats.evaluations_completed),
+        (TASKS as u64, TASKS as u64)
+    );
+    assert!(
+        store.tasks(&ids).unwrap().iter().any(|r| r.attempts > 1),
+        "some task was re-delivered (the test exercised expiry)"
+    );
+}
+
 fn workers_heartbeats_and_restarts(f: &Fixture) {
     let store = f.open();
     let mut w = worker("host:cuda:0");
@@ -708,6 +792,8 @@ fn wait_terminal_returns_when_done(f: &Fixture) {
 const CHILD_ROLE: &str = "CRUCIBLE_QUEUE_TEST_ROLE";
 const CHILD_URL: &str = "CRUCIBLE_QUEUE_TEST_URL";
 const CHILD_OUT: &str = "CRUCIBLE_QUEUE_TEST_OUT";
+/// The lease of the child that is killed: long enough that the parent sees it still held.
+const CHILD_LEASE: Duration = Duration::from_millis(1500);
 
 /// Starts this test binary again as a child running `child_entry` with a role.
 fn spawn_child(role: &str, url: &str, out: &Path) -> Child {
@@ -752,10 +838,7 @@ fn child_entry() {
         }
         // Claims one task with a short lease, says which, and hangs until killed.
         "claim_and_hang" => {
-            let lease = store
-                .claim(&worker(&me), Duration::from_millis(300))
-                .unwrap()
-                .unwrap();
+            let lease = store.claim(&worker(&me), CHILD_LEASE).unwrap().unwrap();
             std::fs::write(&out, &lease.task_id).unwrap();
             std::thread::sleep(Duration::from_secs(600));
         }
@@ -814,7 +897,7 @@ fn killed_worker_process_task_completes_once(f: &Fixture) {
         claim(&store, "survivor").is_none(),
         "the dead worker's lease still holds"
     );
-    std::thread::sleep(Duration::from_millis(400));
+    std::thread::sleep(CHILD_LEASE);
     assert_eq!(store.sweep(now_unix()).unwrap().requeued, 1);
     let lease = claim(&store, "survivor").expect("re-delivered");
     assert_eq!(
@@ -839,6 +922,14 @@ fn bad_urls_are_refused() {
 #[test]
 fn unknown_urls() {
     bad_urls_are_refused();
+}
+
+#[test]
+fn unreachable_redis_fails_at_open() {
+    let url = format!("redis://127.0.0.1:{}/0", free_port());
+    let started = Instant::now();
+    assert!(matches!(Store::open(&url), Err(QueueError::Redis(_))));
+    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 #[test]
@@ -886,4 +977,5 @@ suite!(
     wait_terminal_returns_when_done,
     two_processes_never_claim_the_same_task,
     killed_worker_process_task_completes_once,
+    exactly_once_under_dying_workers,
 );

@@ -233,6 +233,10 @@ pub struct Stats {
     pub iqr_ms: f64,
     /// Coefficient of variation (std / mean).
     pub cv: f64,
+    /// The samples themselves, in the order measured (for plots and re-analysis); empty in
+    /// documents written before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_ms: Vec<f64>,
 }
 
 impl Stats {
@@ -254,6 +258,7 @@ impl Stats {
             max_ms: sorted[n - 1],
             iqr_ms: quantile(&sorted, 0.75) - quantile(&sorted, 0.25),
             cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+            samples_ms: samples.to_vec(),
         })
     }
 }

@@ -97,6 +97,13 @@ pub struct ThroughputArgs {
     off_every: u32,
     #[arg(long, value_enum, default_value = "both")]
     modes: Modes,
+    /// Pause this long before each evaluation, so the pool is full when it starts: measures the
+    /// overhead with warm workers apart from CPU saturation (the rate then counts the pauses).
+    #[arg(long, default_value_t = 0.0)]
+    pace_s: f64,
+    /// Prestarted candidate processes do not start the profiler ahead of their evaluation.
+    #[arg(long)]
+    cold_profiler: bool,
     /// Per-evaluation rows as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -177,6 +184,12 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         }
         let chosen = if on { &all } else { &sample };
         println!("\n== {name}: {} candidates ({})", chosen.len(), mix(chosen));
+        if args.pace_s > 0.0 {
+            println!(
+                "  paced: {} s before each evaluation (the rate counts the pauses)",
+                args.pace_s
+            );
+        }
         let measured = run_mode(&runtime, &args, &base, on, chosen)?;
         measured.print(args.device);
         if let Some(file) = json.as_mut() {
@@ -404,13 +417,15 @@ fn run_mode(
     let tuning = Tuning {
         base: Some(base.clone()),
         probe: Some(probe),
+        cold_profiler: args.cold_profiler,
         ..Tuning::default()
     };
     let created = Instant::now();
     let engine = Engine::with_tuning(runtime.clone(), args.device, options, tuning)?;
     let engine_start_s = created.elapsed().as_secs_f64();
     let started = Instant::now();
-    let results = evaluate_tagged(&engine, cases);
+    let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
+    let results = evaluate_tagged(&engine, cases, pace);
     let batch_s = started.elapsed().as_secs_f64();
     drop(engine);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -440,7 +455,7 @@ fn run_mode(
 }
 
 /// `evaluate_all`, with each thread's current job known to the probe.
-fn evaluate_tagged(engine: &Engine, cases: &[&Case]) -> Vec<EvalResult> {
+fn evaluate_tagged(engine: &Engine, cases: &[&Case], pace: std::time::Duration) -> Vec<EvalResult> {
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; cases.len()]);
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
@@ -454,6 +469,7 @@ fn evaluate_tagged(engine: &Engine, cases: &[&Case]) -> Vec<EvalResult> {
                         *next - 1
                     };
                     let Some(case) = cases.get(index) else { return };
+                    std::thread::sleep(pace);
                     CURRENT.with(|c| c.set(Some(index)));
                     let result = engine.evaluate(&case.job);
                     CURRENT.with(|c| c.set(None));
@@ -682,4 +698,62 @@ fn stage_order(name: &str) -> usize {
         "(outside stages)",
     ];
     ORDER.iter().position(|n| *n == name).unwrap_or(ORDER.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(path: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(path);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Whether the static verifier (the judge's default policy) rejects a source.
+    fn rejected(source: &str) -> bool {
+        let report = crucible_verify::verify(source, &crucible_verify::Policy::default());
+        report
+            .findings
+            .iter()
+            .any(|f| f.severity == crucible_result::Severity::Reject)
+    }
+
+    #[test]
+    fn derived_candidates_reach_the_stage_they_are_meant_to_fail_in() {
+        // Every variant but the syntax error must get past the static verifier, or the set
+        // would measure the verifier, not the judge.
+        let solutions = [
+            "examples/kernelbench/level1/1_Square_matrix_multiplication_.py",
+            "examples/kernelbench/level1/23_Softmax.py",
+            "examples/kernelbench/level2/12_Gemm_Multiply_LeakyReLU.py",
+            "examples/solutions/06_softmax.py",
+        ];
+        for solution in solutions.map(repo) {
+            assert!(!rejected(&solution));
+            let mut kinds = Vec::new();
+            for task in 0..2 {
+                for variant in 0..8 {
+                    let (kind, source) = derive(&solution, task, variant);
+                    kinds.push(kind);
+                    let syntax_error = variant == 7 && task == 0;
+                    assert_eq!(
+                        rejected(&source),
+                        syntax_error,
+                        "task {task} variant {variant}:\n{source}"
+                    );
+                }
+            }
+            let count = |kind| kinds.iter().filter(|k| **k == kind).count();
+            assert_eq!(
+                (
+                    count(Kind::Correct),
+                    count(Kind::Incorrect),
+                    count(Kind::Failing)
+                ),
+                (8, 4, 4)
+            );
+        }
+    }
 }

@@ -28,6 +28,7 @@ struct Shared {
     /// What the pairs are started for: device, sandbox, transport, whether to warm the profiler.
     cfg: EvalConfig,
     depth: usize,
+    warm_profiler: bool,
 }
 
 pub struct WarmPool {
@@ -36,8 +37,15 @@ pub struct WarmPool {
 }
 
 impl WarmPool {
-    /// Starts the refill thread; the first pairs start at once.
-    pub fn start(runtime: Runtime, cfg: EvalConfig, depth: usize) -> std::io::Result<WarmPool> {
+    /// Starts the refill thread; the first pairs start at once. `warm_profiler`: candidate
+    /// processes start the profiler before their hello (when correct ones will be timed on a
+    /// GPU).
+    pub fn start(
+        runtime: Runtime,
+        cfg: EvalConfig,
+        depth: usize,
+        warm_profiler: bool,
+    ) -> std::io::Result<WarmPool> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
@@ -47,6 +55,7 @@ impl WarmPool {
             runtime,
             cfg,
             depth: depth.max(1),
+            warm_profiler,
         });
         let refill = {
             let shared = Arc::clone(&shared);
@@ -114,7 +123,7 @@ fn refill(shared: &Shared) {
             }
         }
         // Spawned outside the lock: taking a pair never waits for a spawn.
-        match Workers::start(&shared.runtime, &shared.cfg) {
+        match Workers::spawn(&shared.runtime, &shared.cfg, shared.warm_profiler) {
             Ok(workers) => {
                 let Ok(mut state) = shared.state.lock() else {
                     return;

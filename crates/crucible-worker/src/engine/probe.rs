@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 /// One observation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineEvent {
-    /// An evaluation got its processes: prestarted by the pool, or started on the spot.
+    /// An evaluation got a prestarted pair from the pool (`prestarted` true); one that finds
+    /// the pool empty starts its own inside the judge, which is not reported.
     WorkersTaken {
         candidate_pid: u32,
         prestarted: bool,
