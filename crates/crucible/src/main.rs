@@ -3,10 +3,12 @@
 mod agent_cmd;
 mod audit_cmd;
 mod bench_cmd;
+mod bench_load_cmd;
 mod eval_cmd;
 mod report_cmd;
 mod rl_cmd;
 mod sandbox_cmd;
+mod serve_cmd;
 mod throughput_cmd;
 mod verify_cmd;
 
@@ -52,6 +54,12 @@ enum Command {
     Rollout(agent_cmd::RolloutArgs),
     /// Run a teacher model and keep correct, honest, fast trajectories as an SFT set.
     Distill(agent_cmd::DistillArgs),
+    /// Run the judge as a service: the HTTP API, the queue and one worker per GPU.
+    Serve(serve_cmd::ServeArgs),
+    /// Judge queued tasks on one device (started by `serve`, or on other nodes with Redis).
+    Worker(serve_cmd::WorkerArgs),
+    /// Measure the API's submit rate and latency on loopback, with and without a deep queue.
+    BenchLoad(bench_load_cmd::BenchLoadArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -81,6 +89,9 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => agent_cmd::run_bench(args),
         Command::Rollout(args) => agent_cmd::run_rollout(args),
         Command::Distill(args) => agent_cmd::run_distill(args),
+        Command::Serve(args) => serve_cmd::run_serve(args),
+        Command::Worker(args) => serve_cmd::run_worker(args),
+        Command::BenchLoad(args) => bench_load_cmd::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -1,0 +1,335 @@
+//! The worker loop: claim a task with a lease, judge it, complete it (or hand an infrastructure
+//! fault back with `retry`), while one housekeeping thread sends heartbeats, renews the leases of
+//! the evaluations in flight and, where asked, sweeps the store. `concurrency` claim threads run
+//! at once; each holds at most one lease. When `stop` is set the claim threads take nothing new
+//! and finish what they hold (graceful drain), and the loop returns.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crucible_queue::{Lease, QueueError, RetryOutcome, Store, TaskId, WorkerInfo, now_unix};
+use crucible_result::{EvalResult, Verdict};
+
+/// What judges one claimed task. `crucible_worker::Engine` is the real one; tests plug in
+/// others to drive the loop without Python.
+pub trait Evaluator: Send + Sync {
+    /// The versions string that goes into every cache key (judge, harness, device, torch).
+    fn versions(&self) -> String;
+    /// Judges the lease's task; should return by `deadline` (the store times the task out
+    /// anyway). `Err` is an infrastructure fault of the evaluator's own (no result document).
+    fn evaluate(&self, lease: &Lease, deadline: Option<Instant>) -> Result<EvalResult, String>;
+}
+
+impl Evaluator for crate::Engine {
+    fn versions(&self) -> String {
+        crate::Engine::versions(self)
+    }
+
+    fn evaluate(&self, lease: &Lease, deadline: Option<Instant>) -> Result<EvalResult, String> {
+        let options = &lease.spec.options;
+        let job = crate::Job {
+            task_name: lease.spec.task_name.clone(),
+            task_source: lease.spec.task_source.clone(),
+            candidate_source: lease.spec.candidate_source.clone(),
+            options: crate::JudgeOptions {
+                trials: options.trials,
+                seed: options.seed,
+                size_profile: options.size_profile.clone(),
+                timing: options.timing,
+                verify_policy: options.verify_policy.clone(),
+                tolerance: options.tolerance.clone(),
+                generalize: options.generalize.clone(),
+            },
+            deadline,
+        };
+        Ok(crate::Engine::evaluate(self, &job))
+    }
+}
+
+/// How the loop runs.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// Who this worker is (id, device, GPU model); versions are filled from the evaluator.
+    pub worker: WorkerInfo,
+    /// Claims in flight at once (the engine's concurrency).
+    pub concurrency: usize,
+    /// How long a claim holds before another worker may take the task over.
+    pub lease: Duration,
+    /// Between heartbeats (and lease renewals, which also run at a third of the lease).
+    pub heartbeat: Duration,
+    /// How long an idle claim thread waits before asking again.
+    pub idle_poll: Duration,
+    /// Also sweep the store (expired leases, deadlines, retention) this often. Redis workers
+    /// do, so that no single API server is needed for it.
+    pub sweep_every: Option<Duration>,
+}
+
+impl LoopConfig {
+    pub fn new(worker: WorkerInfo, concurrency: usize) -> LoopConfig {
+        LoopConfig {
+            worker,
+            concurrency: concurrency.max(1),
+            lease: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(5),
+            idle_poll: Duration::from_millis(200),
+            sweep_every: None,
+        }
+    }
+}
+
+/// What the loop did, for its final log line and for tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LoopReport {
+    /// Results the store accepted.
+    pub completed: u64,
+    /// Infrastructure faults handed back with `retry`.
+    pub retried: u64,
+    /// Results the store refused (the lease went stale: cancelled, timed out or re-delivered).
+    pub refused: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    completed: AtomicU64,
+    retried: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// The leases being evaluated, for renewal and for the heartbeat's "current task".
+#[derive(Default)]
+struct InFlight {
+    leases: Mutex<HashMap<TaskId, Lease>>,
+}
+
+impl InFlight {
+    fn insert(&self, lease: &Lease) {
+        if let Ok(mut map) = self.leases.lock() {
+            map.insert(lease.task_id.clone(), lease.clone());
+        }
+    }
+    fn remove(&self, id: &str) {
+        if let Ok(mut map) = self.leases.lock() {
+            map.remove(id);
+        }
+    }
+    fn snapshot(&self) -> Vec<Lease> {
+        self.leases
+            .lock()
+            .map(|map| map.values().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Runs until `stop` is set and every evaluation in flight has been completed.
+pub fn run_worker(
+    store: &Store,
+    evaluator: &dyn Evaluator,
+    config: &LoopConfig,
+    stop: &AtomicBool,
+) -> Result<LoopReport, QueueError> {
+    let mut worker = config.worker.clone();
+    worker.versions = evaluator.versions();
+    store.heartbeat(&worker)?;
+    tracing::info!(worker = %worker.id, device = %worker.device, concurrency = config.concurrency, "worker started");
+    let in_flight = InFlight::default();
+    let counters = Counters::default();
+    let claimers_done = AtomicBool::new(false);
+    let worker = Arc::new(worker);
+    std::thread::scope(|scope| {
+        let housekeeping = scope.spawn(|| {
+            housekeep(store, &worker, config, &in_flight, stop, &claimers_done);
+        });
+        let claimers: Vec<_> = (0..config.concurrency)
+            .map(|_| {
+                scope.spawn(|| {
+                    claim_loop(
+                        store, evaluator, &worker, config, &in_flight, &counters, stop,
+                    );
+                })
+            })
+            .collect();
+        for claimer in claimers {
+            if claimer.join().is_err() {
+                tracing::error!("a claim thread panicked");
+            }
+        }
+        claimers_done.store(true, Ordering::SeqCst);
+        if housekeeping.join().is_err() {
+            tracing::error!("the housekeeping thread panicked");
+        }
+    });
+    let report = LoopReport {
+        completed: counters.completed.load(Ordering::SeqCst),
+        retried: counters.retried.load(Ordering::SeqCst),
+        refused: counters.refused.load(Ordering::SeqCst),
+    };
+    tracing::info!(?report, "worker drained");
+    Ok(report)
+}
+
+/// Sleeps up to `total`, waking early when `flag` is set.
+fn sleep_unless(flag: &AtomicBool, total: Duration) {
+    let until = Instant::now() + total;
+    while !flag.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+fn claim_loop(
+    store: &Store,
+    evaluator: &dyn Evaluator,
+    worker: &WorkerInfo,
+    config: &LoopConfig,
+    in_flight: &InFlight,
+    counters: &Counters,
+    stop: &AtomicBool,
+) {
+    let mut backoff = config.idle_poll;
+    while !stop.load(Ordering::SeqCst) {
+        match store.claim(worker, config.lease) {
+            Ok(Some(lease)) => {
+                backoff = config.idle_poll;
+                in_flight.insert(&lease);
+                judge_one(store, evaluator, &lease, counters);
+                in_flight.remove(&lease.task_id);
+            }
+            Ok(None) => sleep_unless(stop, config.idle_poll),
+            Err(err) => {
+                tracing::warn!(error = %err, "claim failed; backing off");
+                sleep_unless(stop, backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// The task's deadline as a local instant, if it has one.
+fn deadline_of(lease: &Lease) -> Option<Instant> {
+    lease.deadline_at.map(|at| {
+        let left = (at - now_unix()).max(0.0);
+        Instant::now() + Duration::from_secs_f64(left.min(1e9))
+    })
+}
+
+fn judge_one(store: &Store, evaluator: &dyn Evaluator, lease: &Lease, counters: &Counters) {
+    tracing::info!(task = %lease.task_id, name = %lease.spec.task_name, attempt = lease.attempt, "evaluating");
+    let result = match evaluator.evaluate(lease, deadline_of(lease)) {
+        Ok(result) if result.verdict == Verdict::InfraError => Err(result
+            .failure
+            .as_ref()
+            .map_or_else(|| "infra_error".to_string(), |f| f.message.clone())),
+        other => other,
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(reason) => {
+            hand_back(store, lease, &reason, counters);
+            return;
+        }
+    };
+    complete(store, lease, &result, counters);
+}
+
+fn hand_back(store: &Store, lease: &Lease, reason: &str, counters: &Counters) {
+    match with_retries(|| store.retry(lease, reason)) {
+        Some(RetryOutcome::Refused) => counters.refused.fetch_add(1, Ordering::SeqCst),
+        Some(_) => counters.retried.fetch_add(1, Ordering::SeqCst),
+        None => 0,
+    };
+    tracing::warn!(task = %lease.task_id, %reason, "infrastructure fault: handed back");
+}
+
+fn complete(store: &Store, lease: &Lease, result: &EvalResult, counters: &Counters) {
+    let document = match serde_json::to_value(result) {
+        Ok(doc) => doc,
+        Err(err) => {
+            tracing::error!(error = %err, "result does not serialize");
+            return;
+        }
+    };
+    match with_retries(|| store.complete(lease, document.clone())) {
+        Some(true) => {
+            counters.completed.fetch_add(1, Ordering::SeqCst);
+            tracing::info!(task = %lease.task_id, verdict = result.verdict.as_str(), "completed");
+        }
+        Some(false) => {
+            counters.refused.fetch_add(1, Ordering::SeqCst);
+            tracing::info!(task = %lease.task_id, "result refused: the lease went stale");
+        }
+        None => {}
+    }
+}
+
+/// A store call that failed is tried again a few times: a result is worth waiting a little for,
+/// and if the store stays down the lease expires and the task is re-delivered anyway.
+fn with_retries<T>(mut op: impl FnMut() -> Result<T, QueueError>) -> Option<T> {
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=6 {
+        match op() {
+            Ok(value) => return Some(value),
+            Err(err) => {
+                tracing::warn!(error = %err, attempt, "store call failed");
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+        }
+    }
+    None
+}
+
+fn housekeep(
+    store: &Store,
+    worker: &WorkerInfo,
+    config: &LoopConfig,
+    in_flight: &InFlight,
+    stop: &AtomicBool,
+    claimers_done: &AtomicBool,
+) {
+    let tick = config.heartbeat.min(config.lease / 3);
+    let mut last_sweep = Instant::now();
+    loop {
+        let leases = in_flight.snapshot();
+        for lease in &leases {
+            match store.renew(lease, config.lease) {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(task = %lease.task_id, "lease lost (cancelled, timed out or re-delivered)")
+                }
+                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+            }
+        }
+        let mut status = worker.clone();
+        status.current_task = leases.first().map(|l| l.task_id.clone());
+        status.stage = match (stop.load(Ordering::SeqCst), leases.len()) {
+            (true, _) => Some("draining".into()),
+            (false, 0) => None,
+            (false, 1) => Some("evaluating".into()),
+            (false, n) => Some(format!("evaluating ({n} in flight)")),
+        };
+        if let Err(err) = store.heartbeat(&status) {
+            tracing::warn!(error = %err, "heartbeat failed");
+        }
+        if let Some(every) = config.sweep_every
+            && last_sweep.elapsed() >= every
+        {
+            last_sweep = Instant::now();
+            match store.sweep(now_unix()) {
+                Ok(report) => tracing::debug!(?report, "swept"),
+                Err(err) => tracing::warn!(error = %err, "sweep failed"),
+            }
+        }
+        if claimers_done.load(Ordering::SeqCst) {
+            let mut last = worker.clone();
+            last.stage = Some("stopped".into());
+            let _ = store.heartbeat(&last);
+            return;
+        }
+        sleep_unless(claimers_done, tick);
+    }
+}
