@@ -156,13 +156,21 @@ async fn home_sections(d: &Dashboard) -> Result<pages::HomeSections, Response> {
         let now = now_unix();
         let stats = store.stats()?;
         let workers = store.workers()?;
-        let hour = view::Window::from_counts(&store.finished_counts(now - 3600.0)?);
-        let latest: Vec<TaskSummary> = store.recent(&listing(LATEST))?;
+        // On a store that cannot list (Redis), the live page still shows the queue and workers.
+        let hour = view::Window::from_counts(&unless_unsupported(store.finished_counts(now - 3600.0))?);
+        let latest: Vec<TaskSummary> = unless_unsupported(store.recent(&listing(LATEST)))?;
         Ok(pages::HomeSections::render(
             &stats, &workers, &hour, &latest, now,
         ))
     })
     .await
+}
+
+fn unless_unsupported<T: Default>(outcome: crucible_queue::Result<T>) -> crucible_queue::Result<T> {
+    match outcome {
+        Err(crucible_queue::QueueError::Unsupported(_)) => Ok(T::default()),
+        other => other,
+    }
 }
 
 async fn home(State(d): State<Dashboard>) -> Response {

@@ -44,6 +44,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// The bearer token; required by [`check_bind`] on any non-loopback address.
     pub token: Option<String>,
+    /// Pages served beside the API (the dashboard), which check the token themselves.
+    pub pages: Option<Router>,
 }
 
 /// Why a server refuses to start.
@@ -81,7 +83,7 @@ pub fn router(store: Arc<Store>, config: ServiceConfig) -> Router {
     let doc = openapi::document(&config.limits);
     let task_limit = DefaultBodyLimit::max(config.limits.max_task_body_bytes());
     let batch_limit = DefaultBodyLimit::max(config.limits.max_batch_bytes);
-    Router::new()
+    let api = Router::new()
         .route("/v1/tasks", post(routes::submit_task).layer(task_limit))
         .route("/v1/batches", post(routes::submit_batch).layer(batch_limit))
         .route("/v1/tasks/{id}", get(routes::get_task))
@@ -104,7 +106,11 @@ pub fn router(store: Arc<Store>, config: ServiceConfig) -> Router {
             state.clone(),
             metrics::count_requests,
         ))
-        .with_state(state)
+        .with_state(state);
+    match config.pages {
+        Some(pages) => api.merge(pages),
+        None => api,
+    }
 }
 
 /// Serves until `shutdown` resolves, then finishes the requests in flight.

@@ -108,6 +108,7 @@ async fn measure(args: &BenchLoadArgs, store: Arc<Store>) -> anyhow::Result<Repo
     let config = ServiceConfig {
         limits: Limits::default(),
         token: None,
+        pages: None,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(crucible_service::serve(

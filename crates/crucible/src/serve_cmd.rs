@@ -252,6 +252,7 @@ pub fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = ServiceConfig {
         limits,
         token: args.token.clone(),
+        pages: None,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let listener = runtime
@@ -264,6 +265,13 @@ pub fn run_serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         listener.local_addr().unwrap_or(args.bind),
         slots.len()
     );
+    let config = ServiceConfig {
+        pages: Some(crucible_dashboard::router(crucible_dashboard::Dashboard {
+            store: Arc::clone(&store),
+            token: config.token.clone(),
+        })),
+        ..config
+    };
     let outcome = runtime.block_on(async {
         let sweeper = tokio::spawn(sweep_forever(Arc::clone(&store)));
         let served =

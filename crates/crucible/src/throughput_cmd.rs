@@ -107,6 +107,10 @@ pub struct ThroughputArgs {
     /// Per-evaluation rows as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write the candidate set (task and candidate files, manifest.jsonl) into this directory
+    /// and judge nothing: the fixed set for runs through the service (scripts/multi-gpu-run).
+    #[arg(long)]
+    write_set: Option<PathBuf>,
     #[command(flatten)]
     sandbox: crate::sandbox_cmd::SandboxArgs,
 }
@@ -132,6 +136,11 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         CandidateSet::Builtin
     });
     let cases = build_set(&args, set)?;
+    if let Some(dir) = &args.write_set {
+        write_set(dir, &cases)?;
+        println!("wrote {} candidates to {}", cases.len(), dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut base = EvalConfig::new(args.device);
     base.trials = args.trials;
     base.timing = Some(TimingConfig {
@@ -225,6 +234,31 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The candidate set, task-interleaved: job k is candidate k / tasks of task k % tasks.
+/// The set as files: `tasks/NAME.py`, `candidates/NNN_NAME.py` and one manifest line per
+/// candidate (`task_name`, `task_file`, `candidate_file`, `kind`).
+fn write_set(dir: &std::path::Path, cases: &[Case]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    std::fs::create_dir_all(dir.join("tasks"))?;
+    std::fs::create_dir_all(dir.join("candidates"))?;
+    let mut manifest = String::new();
+    for (i, case) in cases.iter().enumerate() {
+        let job = &case.job;
+        let task_file = format!("tasks/{}.py", job.task_name);
+        let candidate_file = format!("candidates/{i:03}_{}.py", job.task_name);
+        std::fs::write(dir.join(&task_file), &job.task_source)?;
+        std::fs::write(dir.join(&candidate_file), &job.candidate_source)?;
+        let line = serde_json::json!({
+            "task_name": job.task_name,
+            "task_file": task_file,
+            "candidate_file": candidate_file,
+            "kind": format!("{:?}", case.kind).to_lowercase(),
+        });
+        writeln!(manifest, "{line}")?;
+    }
+    std::fs::write(dir.join("manifest.jsonl"), manifest)?;
+    Ok(())
+}
+
 fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Case>> {
     let pairs: Vec<(String, PathBuf, PathBuf)> = match set {
         CandidateSet::Kernelbench => {
