@@ -1,7 +1,7 @@
 //! The in-process judge: `Judge` (a configured `crucible eval`), the result document as a typed
 //! object (`EvalResult`), and the builtin task suite the wheel carries.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use crucible_judge::{
 use crucible_result::{EvalResult, Severity, Verdict};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use sha2::{Digest, Sha256};
 
 use crate::convert::{to_py, value_error};
 
@@ -190,21 +191,77 @@ impl PyEvalResult {
 pub struct Judge {
     runtime: Runtime,
     cfg: EvalConfig,
+    /// The judge reads tasks from files: each task source is written once, under a directory
+    /// named by its hash, as `<task_name>.py`.
+    task_dir: tempfile::TempDir,
 }
 
 /// One evaluation to run: `(task_name, task_source, candidate_source)`.
 type Job = (String, String, String);
 
+/// A job whose task file is written.
+struct Prepared {
+    task_path: PathBuf,
+    task_src: String,
+    candidate_path: PathBuf,
+    candidate_src: String,
+}
+
 impl Judge {
-    fn run(&self, (task_name, task_src, candidate_src): &Job) -> EvalResult {
-        let task_path = Path::new(task_name);
-        let candidate_path = PathBuf::from(format!("{task_name}.candidate.py"));
+    fn task_file(&self, task_name: &str, task_src: &str) -> std::io::Result<PathBuf> {
+        let hash = Sha256::digest(task_src.as_bytes());
+        let dir = self.task_dir.path().join(runtime::hex(&hash[..12]));
+        let path = dir.join(format!("{task_name}.py"));
+        if !path.exists() {
+            std::fs::create_dir_all(&dir)?;
+            // Written aside and renamed, so a concurrent evaluation never reads half a file.
+            let staged = tempfile::NamedTempFile::new_in(&dir)?;
+            std::fs::write(staged.path(), task_src)?;
+            staged.persist(&path).map_err(|e| e.error)?;
+        }
+        Ok(path)
+    }
+
+    /// Writes each job's task file (a failure there is the caller's infrastructure, raised).
+    fn prepare(&self, jobs: Vec<Job>) -> PyResult<Vec<Prepared>> {
+        jobs.into_iter()
+            .map(|(name, task_src, candidate_src)| {
+                // A task name is a file stem: no directories, no hidden files.
+                let stem: String = name
+                    .chars()
+                    .map(|c| {
+                        if c == '/' || c == '\\' || c == '\0' {
+                            '_'
+                        } else {
+                            c
+                        }
+                    })
+                    .collect();
+                let stem = if stem.is_empty() || stem.starts_with('.') {
+                    format!("task{stem}")
+                } else {
+                    stem
+                };
+                let task_path = self.task_file(&stem, &task_src).map_err(|e| {
+                    PyRuntimeError::new_err(format!("cannot write the task file for {name}: {e}"))
+                })?;
+                Ok(Prepared {
+                    task_src,
+                    candidate_path: PathBuf::from(format!("{stem}.candidate.py")),
+                    task_path,
+                    candidate_src,
+                })
+            })
+            .collect()
+    }
+
+    fn run(&self, job: &Prepared) -> EvalResult {
         crucible_judge::evaluate(
             &self.runtime,
-            task_path,
-            task_src.as_bytes(),
-            &candidate_path,
-            candidate_src.as_bytes(),
+            &job.task_path,
+            job.task_src.as_bytes(),
+            &job.candidate_path,
+            job.candidate_src.as_bytes(),
             &self.cfg,
         )
     }
@@ -262,7 +319,15 @@ impl Judge {
         };
         let runtime =
             Runtime::with_python(python).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        Ok(Judge { runtime, cfg })
+        let task_dir = tempfile::Builder::new()
+            .prefix("crucible-py-tasks-")
+            .tempdir()
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot create a task directory: {e}")))?;
+        Ok(Judge {
+            runtime,
+            cfg,
+            task_dir,
+        })
     }
 
     #[getter]
@@ -284,10 +349,10 @@ impl Judge {
         task_source: String,
         candidate_source: String,
         task_name: &str,
-    ) -> PyEvalResult {
-        let job = (task_name.to_owned(), task_source, candidate_source);
-        let inner = py.detach(|| self.run(&job));
-        PyEvalResult { inner }
+    ) -> PyResult<PyEvalResult> {
+        let jobs = self.prepare(vec![(task_name.to_owned(), task_source, candidate_source)])?;
+        let inner = py.detach(|| self.run(&jobs[0]));
+        Ok(PyEvalResult { inner })
     }
 
     /// Judges many `(task_name, task_source, candidate_source)` jobs, `concurrency` at a time
@@ -302,6 +367,7 @@ impl Judge {
         if concurrency == 0 {
             return Err(value_error("concurrency must be at least 1"));
         }
+        let jobs = self.prepare(jobs)?;
         let results = py.detach(|| self.run_all(&jobs, concurrency));
         Ok(results
             .into_iter()
@@ -320,7 +386,7 @@ impl Judge {
 
 impl Judge {
     /// Workers take the next job index until none is left; each writes its own slots.
-    fn run_all(&self, jobs: &[Job], concurrency: usize) -> Vec<EvalResult> {
+    fn run_all(&self, jobs: &[Prepared], concurrency: usize) -> Vec<EvalResult> {
         let next = AtomicUsize::new(0);
         let mut slots: Vec<Option<EvalResult>> = (0..jobs.len()).map(|_| None).collect();
         let done = std::sync::Mutex::new(&mut slots);
