@@ -30,6 +30,9 @@ from .trl import PROMPT
 
 class KernelAction(Action):
     code: str
+    # OpenEnv's plain HTTP endpoints start a fresh environment per request; a stateless caller
+    # names the task in the action (WebSocket sessions keep it from `reset`).
+    task: str | None = None
 
 
 class KernelObservation(Observation):
@@ -65,7 +68,10 @@ class KernelEnv(Environment):
         return KernelObservation(task=name, prompt=prompt, done=False, reward=None)
 
     def step(self, action: KernelAction, timeout_s=None, **kwargs):
-        name = self._state.task
+        name = action.task or self._state.task
+        if name not in self.scorer.tasks:
+            raise ValueError(f"unknown task {name!r}: reset(task=...) first, or name it")
+        self._state.task = name
         [result] = self.scorer.judge_batch([name], [f"```python\n{action.code}\n```"])
         reward = self.scorer._reward(name, result)
         verdict = "void" if result is None else result.verdict
