@@ -46,9 +46,10 @@ def test_trl_reward_function(judge, tmp_path):
     tiered = crucible.Recipe("tiered", flag_penalty=0.1)
     assert rewards[2] == tiered.void_reward
     lines = [json.loads(x) for x in results_path.read_text().splitlines()]
-    assert [x["result"]["verdict"] for x in lines] == ["correct", "incorrect"]
-    assert rewards[:2] == [x["reward"] for x in lines] == [tiered.reward(x["result"])
-                                                           for x in lines]
+    assert [x["result"] and x["result"]["verdict"] for x in lines] == ["correct", "incorrect",
+                                                                       None]
+    assert rewards == [x["reward"] for x in lines]
+    assert rewards[:2] == [tiered.reward(x["result"]) for x in lines[:2]]
     assert logged["crucible/verdict/correct"] == 1 and logged["crucible/void"] == 1
     rows = kernel_prompts(crucible.builtin_tasks(), ["01_relu"])
     assert rows[0]["task"] == "01_relu" and "class Model" in rows[0]["prompt"][0]["content"]

@@ -26,8 +26,9 @@ class KernelScorer:
     """Scores completions for named tasks with the in-process judge.
 
     ``tasks`` maps task names to task sources (default: the builtin suite). ``results_path``, if
-    given, receives one JSON line per judged completion: ``{"task", "reward", "result"}`` with the
-    full result document, so every reward can be traced to the judgement that produced it.
+    given, receives one JSON line per scored completion, in order: ``{"task", "reward", "result"}``
+    with the full result document (``null`` for a void turn), so every reward can be traced to
+    the judgement that produced it.
     ``judge_options`` go to :func:`crucible.make_judge` (``device``, ``trials``, ...).
     """
 
@@ -85,6 +86,7 @@ class KernelScorer:
         with self._lock:
             if result is None:
                 self.stats["void"] += 1
+                self._record(task_name, self.recipe.void_reward, None)
                 return self.recipe.void_reward
             self.stats[f"verdict/{result.verdict}"] += 1
             for f in result.findings:
@@ -95,11 +97,14 @@ class KernelScorer:
             reward = self.recipe.reward(result)
             if reward is None:
                 self.stats["infra_error_dropped"] += 1
-            if self.results_path:
-                line = {"task": task_name, "reward": reward, "result": json.loads(result.to_json())}
-                with self.results_path.open("a") as out:
-                    out.write(json.dumps(line) + "\n")
+            self._record(task_name, reward, json.loads(result.to_json()))
             return reward
+
+    def _record(self, task_name: str, reward: float | None, result: dict | None) -> None:
+        if self.results_path:
+            line = {"task": task_name, "reward": reward, "result": result}
+            with self.results_path.open("a") as out:
+                out.write(json.dumps(line) + "\n")
 
     def summary(self) -> dict[str, int]:
         """Counts so far: verdicts, void turns, dropped infra errors, flags, hack findings."""
