@@ -11,9 +11,8 @@ two results are checked equal before timing is printed.
 import sys
 import time
 
-import numpy as np
-
 import crucible
+import numpy as np
 
 HACK, COMPILE, RUNTIME, INCORRECT, CORRECT = range(5)
 
@@ -26,8 +25,9 @@ def tiered_numpy(kind, speedup):
     out[kind == INCORRECT] = -0.3
     ok = kind == CORRECT
     s = np.where(np.isfinite(speedup) & (speedup > 0), speedup, 0.0)
-    tier = np.select([s >= 3.0, s >= 2.0, s >= 1.5, s >= 1.2, s >= 1.0], [1.0, 0.8, 0.6, 0.4, 0.2],
-                     -0.1)
+    tier = np.select(
+        [s >= 3.0, s >= 2.0, s >= 1.5, s >= 1.2, s >= 1.0], [1.0, 0.8, 0.6, 0.4, 0.2], -0.1
+    )
     out[ok] = tier[ok]
     return out
 
@@ -70,9 +70,11 @@ def main(rows: int) -> None:
             fn()
             times.append(time.perf_counter() - t0)
         best[name] = min(times)
-    print(f"rows {rows}: crucible (Rust via Python) {best['python-api'] * 1e3:.1f} ms, "
-          f"NumPy {best['numpy'] * 1e3:.1f} ms, ratio NumPy/crucible "
-          f"{best['numpy'] / best['python-api']:.2f}x")
+    print(
+        f"rows {rows}: crucible (Rust via Python) {best['python-api'] * 1e3:.1f} ms, "
+        f"NumPy {best['numpy'] * 1e3:.1f} ms, ratio NumPy/crucible "
+        f"{best['numpy'] / best['python-api']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -4,9 +4,8 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
-
 import crucible
+import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -7,10 +7,9 @@ import importlib.util
 import json
 from pathlib import Path
 
+import crucible
 import pytest
 import torch
-
-import crucible
 
 
 def smollm2_gguf() -> Path:
@@ -25,11 +24,10 @@ def smollm2_gguf() -> Path:
 
 
 def test_grpo_two_steps_rewards_from_the_judge(judge, tmp_path):
+    from crucible.integrations.trl import KernelReward, kernel_prompts
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-
-    from crucible.integrations.trl import KernelReward, kernel_prompts
 
     gguf = smollm2_gguf()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -53,12 +51,22 @@ def test_grpo_two_steps_rewards_from_the_judge(judge, tmp_path):
 
     traced.__name__ = "crucible"
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=48, learning_rate=1e-6, logging_steps=1,
-        report_to=[], use_cpu=True, save_strategy="no", bf16=False, seed=0,
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=48,
+        learning_rate=1e-6,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        bf16=False,
+        seed=0,
     )
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=traced,
-                          args=args, train_dataset=data)
+    trainer = GRPOTrainer(
+        model=model, processing_class=tokenizer, reward_funcs=traced, args=args, train_dataset=data
+    )
     trainer.train()
 
     assert trainer.state.global_step == 2

@@ -3,12 +3,11 @@
 import json
 import os
 
+import crucible
 import numpy as np
 import pytest
 import torch
 from conftest import solution
-
-import crucible
 from crucible.scoring import KernelScorer
 
 
@@ -18,8 +17,9 @@ def fenced(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def scorer(judge, tmp_path_factory):
-    return KernelScorer(judge=judge, recipe="tiered",
-                        results_path=tmp_path_factory.mktemp("r") / "judged.jsonl")
+    return KernelScorer(
+        judge=judge, recipe="tiered", results_path=tmp_path_factory.mktemp("r") / "judged.jsonl"
+    )
 
 
 def test_extract_code():
@@ -40,14 +40,16 @@ def test_trl_reward_function(judge, tmp_path):
         [{"role": "assistant", "content": fenced(solution("02_gelu_tanh", "wrong"))}],
         [{"role": "assistant", "content": "I cannot do this."}],
     ]
-    rewards = reward(prompts=["p"] * 3, completions=completions,
-                     task=["01_relu", "02_gelu_tanh", "16_swish"],
-                     log_metric=lambda k, v: logged.__setitem__(k, v))
+    rewards = reward(
+        prompts=["p"] * 3,
+        completions=completions,
+        task=["01_relu", "02_gelu_tanh", "16_swish"],
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
     tiered = crucible.Recipe("tiered", flag_penalty=0.1)
     assert rewards[2] == tiered.void_reward
     lines = [json.loads(x) for x in results_path.read_text().splitlines()]
-    assert [x["result"] and x["result"]["verdict"] for x in lines] == ["correct", "incorrect",
-                                                                       None]
+    assert [x["result"] and x["result"]["verdict"] for x in lines] == ["correct", "incorrect", None]
     assert rewards == [x["reward"] for x in lines]
     assert rewards[:2] == [tiered.reward(x["result"]) for x in lines[:2]]
     assert logged["crucible/verdict/correct"] == 1 and logged["crucible/void"] == 1
@@ -63,8 +65,9 @@ def test_infra_error_is_dropped_and_counted(scorer):
 
 def _infra_doc():
     judge = crucible.make_judge(trials=1)
-    doc = judge.evaluate(crucible.builtin_tasks()["01_relu"], solution("01_relu"),
-                         task_name="01_relu").to_dict()
+    doc = judge.evaluate(
+        crucible.builtin_tasks()["01_relu"], solution("01_relu"), task_name="01_relu"
+    ).to_dict()
     doc["verdict"], doc["correct"] = "infra_error", False
     return doc
 
@@ -109,10 +112,11 @@ def test_verl_compute_score_and_batch_manager(judge, monkeypatch):
     ok = fenced(solution("01_relu"))
     score = verl.compute_score("crucible", ok, "01_relu", {})
     assert score == crucible.Recipe("tiered", flag_penalty=0.1).reward(
-        judge.evaluate(crucible.builtin_tasks()["01_relu"], solution("01_relu"),
-                       task_name="01_relu"))
-    batch = verl.compute_score_batch(["c", "c"], [ok, "no code"], ["01_relu", "16_swish"],
-                                     [{}, {}])
+        judge.evaluate(
+            crucible.builtin_tasks()["01_relu"], solution("01_relu"), task_name="01_relu"
+        )
+    )
+    batch = verl.compute_score_batch(["c", "c"], [ok, "no code"], ["01_relu", "16_swish"], [{}, {}])
     assert [b["verdict"] for b in batch] == ["correct", "void"]
     texts = [ok, fenced(solution("02_gelu_tanh", "wrong"))]
     data = _DataProto(texts, ["01_relu", "02_gelu_tanh"])
@@ -125,9 +129,8 @@ def test_verl_compute_score_and_batch_manager(judge, monkeypatch):
 
 
 def test_openenv_server_reset_step_state(judge):
-    from fastapi.testclient import TestClient
-
     from crucible.integrations.openenv_env import KernelAction, KernelEnv, make_app
+    from fastapi.testclient import TestClient
 
     env = KernelEnv(KernelScorer(judge=judge), max_turns=2)
     obs = env.reset(task="16_swish")
@@ -142,7 +145,9 @@ def test_openenv_server_reset_step_state(judge):
     with TestClient(app) as http:
         reset = http.post("/reset", json={"task": "01_relu"}).json()
         assert reset["observation"]["task"] == "01_relu"
-        step = http.post("/step", json={"action": {"code": solution("01_relu"), "task": "01_relu"}}).json()
+        step = http.post(
+            "/step", json={"action": {"code": solution("01_relu"), "task": "01_relu"}}
+        ).json()
         assert step["observation"]["verdict"] == "correct" and step["done"]
         assert isinstance(step["reward"], float)
 
@@ -150,12 +155,15 @@ def test_openenv_server_reset_step_state(judge):
 def test_service_client_against_a_real_server():
     url = os.environ.get("CRUCIBLE_SERVICE_URL")
     if not url:
-        pytest.skip("no running `crucible serve`: set CRUCIBLE_SERVICE_URL (and CRUCIBLE_TOKEN) "
-                    "to test Client/AsyncClient against one; branch `api` was not merged here")
+        pytest.skip(
+            "no running `crucible serve`: set CRUCIBLE_SERVICE_URL (and CRUCIBLE_TOKEN) "
+            "to test Client/AsyncClient against one; branch `api` was not merged here"
+        )
     from crucible.client import Client
 
     c = Client(url, os.environ.get("CRUCIBLE_TOKEN"))
-    task_id = c.submit("01_relu", crucible.builtin_tasks()["01_relu"], solution("01_relu"),
-                       options={"trials": 1})
+    task_id = c.submit(
+        "01_relu", crucible.builtin_tasks()["01_relu"], solution("01_relu"), options={"trials": 1}
+    )
     record = c.wait(task_id, timeout_s=300)
     assert record["result"]["verdict"] == "correct"

@@ -28,12 +28,12 @@ from ._native import (
     Recipe,
     __version__,
     advantages,
+    default_venv_python,
     prompt_keys,
     rules_markdown,
     verify,
 )
 from ._native import builtin_tasks as _builtin_tasks
-from ._native import default_venv_python
 from .extract import extract_code
 
 __all__ = [

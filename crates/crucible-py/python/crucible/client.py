@@ -32,15 +32,19 @@ class ServiceError(RuntimeError):
 def task_spec(task_name: str, task_source: str, candidate_source: str, **fields) -> dict:
     """A TaskSpec (see the service contract); ``fields``: options, priority, deadline_s, cache,
     labels."""
-    spec = {"task_name": task_name, "task_source": task_source,
-            "candidate_source": candidate_source}
+    spec = {
+        "task_name": task_name,
+        "task_source": task_source,
+        "candidate_source": candidate_source,
+    }
     spec.update(fields)
     return spec
 
 
 class Client:
-    def __init__(self, url: str, token: str | None = None, *, retries: int = 4,
-                 timeout_s: float = 60.0):
+    def __init__(
+        self, url: str, token: str | None = None, *, retries: int = 4, timeout_s: float = 60.0
+    ):
         self.url = url.rstrip("/")
         self.token = token
         self.retries = retries
@@ -52,8 +56,7 @@ class Client:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         for attempt in range(self.retries + 1):
-            req = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers=headers)
+            req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(req, timeout=timeout or self.timeout_s) as resp:
                     return json.loads(resp.read() or b"null")
@@ -69,8 +72,9 @@ class Client:
 
     def submit(self, task_name: str, task_source: str, candidate_source: str, **fields) -> str:
         """POST /v1/tasks; returns the task id."""
-        reply = self._request("POST", "/v1/tasks",
-                              task_spec(task_name, task_source, candidate_source, **fields))
+        reply = self._request(
+            "POST", "/v1/tasks", task_spec(task_name, task_source, candidate_source, **fields)
+        )
         return reply["id"]
 
     def submit_batch(self, specs: list[dict]) -> dict:
@@ -81,8 +85,9 @@ class Client:
     def task(self, task_id: str, wait_s: float | None = None) -> dict:
         """GET /v1/tasks/{id}, long-polling up to ``wait_s`` for a terminal state."""
         query = f"?wait={wait_s:g}" if wait_s else ""
-        return self._request("GET", f"/v1/tasks/{task_id}{query}",
-                             timeout=(wait_s or 0) + self.timeout_s)
+        return self._request(
+            "GET", f"/v1/tasks/{task_id}{query}", timeout=(wait_s or 0) + self.timeout_s
+        )
 
     def wait(self, task_id: str, timeout_s: float = 600.0, poll_s: float = 30.0) -> dict:
         """The task record once terminal (done, cancelled, timeout)."""

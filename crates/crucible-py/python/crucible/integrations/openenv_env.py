@@ -23,6 +23,7 @@ from typing import Any
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
 
 from ..scoring import KernelScorer
 from .trl import PROMPT
@@ -39,14 +40,14 @@ class KernelObservation(Observation):
     task: str = ""
     prompt: str = ""
     verdict: str | None = None
-    findings: list[dict[str, Any]] = []
+    findings: list[dict[str, Any]] = Field(default_factory=list)
     feedback: str = ""
 
 
 class KernelState(State):
     task: str = ""
     best_reward: float | None = None
-    verdicts: list[str] = []
+    verdicts: list[str] = Field(default_factory=list)
 
 
 class KernelEnv(Environment):

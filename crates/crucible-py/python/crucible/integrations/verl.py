@@ -95,8 +95,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
 class CrucibleRewardManager:
     """A verl reward manager that judges the whole batch at once and drops infra errors."""
 
-    def __init__(self, tokenizer, num_examine=0, compute_score=None, reward_fn_key="data_source",
-                 **kwargs):
+    def __init__(
+        self, tokenizer, num_examine=0, compute_score=None, reward_fn_key="data_source", **kwargs
+    ):
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.reward_fn_key = reward_fn_key
@@ -108,8 +109,9 @@ class CrucibleRewardManager:
         prompt_len = data.batch["prompts"].shape[-1]
         lengths = data.batch["attention_mask"][:, prompt_len:].sum(dim=-1)
         responses = [
-            self.tokenizer.decode(data.batch["responses"][i][: int(lengths[i])],
-                                  skip_special_tokens=True)
+            self.tokenizer.decode(
+                data.batch["responses"][i][: int(lengths[i])], skip_special_tokens=True
+            )
             for i in range(len(data))
         ]
         gts = [rm.get("ground_truth") for rm in data.non_tensor_batch["reward_model"]]
@@ -123,7 +125,7 @@ class CrucibleRewardManager:
             reward = s._reward(name, result)
             if reward is None:
                 dropped += 1
-                if "response_mask" in data.batch.keys():
+                if "response_mask" in data.batch.keys():  # noqa: SIM118 (a TensorDict in verl)
                     data.batch["response_mask"][i] = 0
                 reward = 0.0
             reward_tensor[i, max(int(lengths[i]) - 1, 0)] = reward
@@ -137,7 +139,8 @@ class CrucibleRewardManager:
 def _register() -> None:
     try:
         from verl.workers.reward_manager import register
-    except Exception:  # verl absent or not importable here: the class still works standalone
+    # verl absent or not importable here: the class still works standalone.
+    except Exception:  # noqa: BLE001
         return
     register("crucible")(CrucibleRewardManager)
 
