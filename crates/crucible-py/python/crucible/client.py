@@ -79,7 +79,7 @@ class Client:
 
     def submit_batch(self, specs: list[dict]) -> dict:
         """POST /v1/batches with TaskSpecs (see :func:`task_spec`); returns the reply
-        (``{"id", "tasks": [...]}``)."""
+        (``{"batch_id", "task_ids": [...]}``)."""
         return self._request("POST", "/v1/batches", {"tasks": specs})
 
     def task(self, task_id: str, wait_s: float | None = None) -> dict:
@@ -106,20 +106,30 @@ class Client:
         return self._request("POST", f"/v1/tasks/{task_id}/cancel")
 
     def stream(self, batch_id: str) -> Iterator[dict]:
-        """GET /v1/batches/{id}/events (server-sent events): yields each event's JSON data."""
+        """GET /v1/batches/{id}/events (server-sent events): yields ``{"event", "data"}`` per
+        event, ``data`` parsed as JSON where it is JSON (a task's record; ``end``'s counts)."""
         headers = {"Accept": "text/event-stream"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(f"{self.url}/v1/batches/{batch_id}/events", headers=headers)
         with urllib.request.urlopen(req, timeout=None) as resp:
-            data: list[str] = []
+            event, data = "message", []
             for raw in resp:
                 line = raw.decode().rstrip("\r\n")
-                if line.startswith("data:"):
+                if line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
                     data.append(line[5:].lstrip())
                 elif not line and data:
-                    yield json.loads("\n".join(data))
-                    data = []
+                    text = "\n".join(data)
+                    try:
+                        payload = json.loads(text)
+                    except json.JSONDecodeError:
+                        payload = text
+                    yield {"event": event, "data": payload}
+                    if event == "end":
+                        return
+                    event, data = "message", []
 
 
 class AsyncClient:
