@@ -319,7 +319,6 @@ fn keys_of(prompt: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 }
 
 /// Optional per-row columns of `advantages`.
-
 struct Columns<'py> {
     correct: Option<PyReadonlyArray1<'py, bool>>,
     coverage: Option<PyReadonlyArray1<'py, f64>>,
