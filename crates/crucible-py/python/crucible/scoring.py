@@ -107,7 +107,8 @@ class KernelScorer:
                 out.write(json.dumps(line) + "\n")
 
     def summary(self) -> dict[str, int]:
-        """Counts so far: verdicts, void turns, dropped infra errors, flags, hack findings."""
+        """Counts so far: verdicts, void turns, dropped infra errors, flags and reject findings
+        (hacks and decoys, and syntax errors, which the verifier also rejects)."""
         out = dict(self.stats)
-        out.update({f"hack/{code}": n for code, n in self.hack_findings.items()})
+        out.update({f"reject/{code}": n for code, n in self.hack_findings.items()})
         return out
