@@ -122,6 +122,12 @@ impl Runtime {
                 python
             }
         };
+        Runtime::with_python(python)
+    }
+
+    /// Uses `python` (which must import torch and triton) and writes the harness; for embedders
+    /// that pick the interpreter themselves, such as the Python package.
+    pub fn with_python(python: PathBuf) -> Result<Runtime, RuntimeError> {
         let harness_root = write_harness(&cache_dir())?;
         Ok(Runtime {
             python,

@@ -1,0 +1,102 @@
+"""Crucible for Python: the static verifier, the in-process kernel judge, reward recipes and
+advantage estimators, all running in Rust (the same code as the ``crucible`` CLI).
+
+>>> import crucible
+>>> tasks = crucible.builtin_tasks()
+>>> result = crucible.evaluate(tasks["01_relu"], candidate_source, task_name="01_relu")
+>>> result.verdict, result.to_dict()["findings"]
+>>> crucible.Recipe("tiered").reward(result)          # None for an infra_error: drop the sample
+>>> crucible.advantages(prompt_ids, sample, turn, rewards, estimator="trloo")
+
+The judge's harness runs in a Python that has torch and triton: ``CRUCIBLE_PYTHON`` if set, else
+the venv ``scripts/bootstrap`` creates, else this interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ._native import (
+    ESTIMATORS,
+    OUTCOME_KINDS,
+    REASONS,
+    RECIPES,
+    EvalResult,
+    Judge,
+    Recipe,
+    __version__,
+    advantages,
+    default_venv_python,
+    prompt_keys,
+    rules_markdown,
+    verify,
+)
+from ._native import builtin_tasks as _builtin_tasks
+from .extract import extract_code
+
+__all__ = [
+    "ESTIMATORS",
+    "OUTCOME_KINDS",
+    "REASONS",
+    "RECIPES",
+    "EvalResult",
+    "Judge",
+    "Recipe",
+    "__version__",
+    "advantages",
+    "builtin_tasks",
+    "evaluate",
+    "extract_code",
+    "judge_python",
+    "make_judge",
+    "prompt_keys",
+    "rewards",
+    "rules_markdown",
+    "verify",
+]
+
+
+def builtin_tasks() -> dict[str, str]:
+    """The builtin task suite the wheel carries: ``{name: task source}``."""
+    return dict(_builtin_tasks())
+
+
+def judge_python() -> str:
+    """The interpreter the judge's harness runs in: ``CRUCIBLE_PYTHON``, else the bootstrap
+    venv when it exists, else this interpreter (which then needs torch and triton)."""
+    override = os.environ.get("CRUCIBLE_PYTHON")
+    if override:
+        return override
+    venv = Path(default_venv_python())
+    return str(venv) if venv.exists() else sys.executable
+
+
+def make_judge(*, device: str = "cpu", python: str | None = None, **options) -> Judge:
+    """A reusable :class:`Judge`; ``options`` are those of ``crucible eval`` (``trials``,
+    ``seed``, ``tolerance``, ``size_profile``, ``generalize``, ``timing``, ``verify_policy``,
+    ``verify_policy_file``, ``stage_timeout``)."""
+    return Judge(python or judge_python(), device=device, **options)
+
+
+def evaluate(
+    task_source: str,
+    candidate_source: str,
+    *,
+    task_name: str = "task",
+    device: str = "cpu",
+    **options,
+) -> EvalResult:
+    """Judges one candidate against one task in-process (see :func:`make_judge` for options).
+    Never raises for a bad candidate: every problem is a verdict in the result."""
+    judge = make_judge(device=device, **options)
+    return judge.evaluate(task_source, candidate_source, task_name=task_name)
+
+
+def rewards(results, recipe: str | Recipe = "tiered", **params):
+    """Rewards of many results as a float64 NumPy array; NaN marks an ``infra_error``, which has
+    no reward (drop it). ``params`` build the :class:`Recipe` when ``recipe`` is a name."""
+    if isinstance(recipe, str):
+        recipe = Recipe(recipe, **params)
+    return recipe.rewards(list(results))
