@@ -157,7 +157,8 @@ async fn home_sections(d: &Dashboard) -> Result<pages::HomeSections, Response> {
         let stats = store.stats()?;
         let workers = store.workers()?;
         // On a store that cannot list (Redis), the live page still shows the queue and workers.
-        let hour = view::Window::from_counts(&unless_unsupported(store.finished_counts(now - 3600.0))?);
+        let hour =
+            view::Window::from_counts(&unless_unsupported(store.finished_counts(now - 3600.0))?);
         let latest: Vec<TaskSummary> = unless_unsupported(store.recent(&listing(LATEST)))?;
         Ok(pages::HomeSections::render(
             &stats, &workers, &hour, &latest, now,
