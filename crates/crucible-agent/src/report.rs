@@ -19,7 +19,7 @@ pub const HTML: &str = "report.html";
 pub const SPEEDUP_PNG: &str = "speedup.png";
 pub const FAST_P_PNG: &str = "fast_p_by_turn.png";
 
-const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
+const FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSansMono.ttf");
 const FONT_NAME: &str = "sans-serif";
 
 /// Speedup bins of the distribution plot: the Fast@p thresholds, and below 1.

@@ -6,11 +6,24 @@ use plotters::prelude::*;
 const REFERENCE: RGBColor = RGBColor(0x4c, 0x78, 0xa8);
 const CANDIDATE: RGBColor = RGBColor(0xe4, 0x57, 0x56);
 const BINS: usize = 30;
+/// Text is laid out with ab_glyph from a bundled font (the workspace's plotters has no system
+/// font loader), registered under the family the plots name.
+const FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSansMono.ttf");
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_err() {
+            tracing::warn!("cannot register the plot font: plots will have no text");
+        }
+    });
+}
 
 /// The timing distributions of reference and candidate as overlaid histograms of their samples
 /// (milliseconds). Documents without samples get their summary drawn as min–max ranges with the
 /// median marked. Returns the SVG text.
 pub fn timing(reference: &Stats, candidate: &Stats) -> String {
+    register_font();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (640, 300)).into_drawing_area();
@@ -115,6 +128,7 @@ fn histogram(samples: &[f64], lo: f64, width: f64) -> Vec<usize> {
 
 /// The stages as one horizontal bar, each segment as wide as its share of the total time.
 pub fn stage_timeline(stages: &[Stage]) -> String {
+    register_font();
     let total: f64 = stages.iter().map(|s| s.duration_s.max(0.0)).sum();
     let mut svg = String::new();
     {
