@@ -1,5 +1,6 @@
 //! The API's bearer-token rule, for a browser: the token comes as `Authorization: Bearer …` or
-//! as the `crucible_token` cookie that `/login` sets.
+//! as the `crucible_token` cookie that `/login` sets; compared as the API compares it
+//! ([`crucible_service::Token`]).
 
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, COOKIE};
@@ -22,15 +23,11 @@ pub fn allowed(headers: &HeaderMap, token: Option<&str>) -> bool {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().strip_prefix(COOKIE_NAME)?.strip_prefix('='))
         .next();
+    let token = crucible_service::Token::new(token);
     [bearer, cookie]
         .into_iter()
         .flatten()
-        .any(|given| same(given.as_bytes(), token.as_bytes()))
-}
-
-/// Compares in time that depends only on the lengths, not on where the first difference is.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        .any(|given| token.matches(given))
 }
 
 #[cfg(test)]

@@ -101,7 +101,9 @@ struct LoginQuery {
 async fn login(State(d): State<Dashboard>, Query(q): Query<LoginQuery>) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(LOCATION, HeaderValue::from_static("/"));
-    if d.token.as_deref() == Some(q.token.as_str())
+    if d.token
+        .as_deref()
+        .is_some_and(|token| crucible_service::Token::new(token).matches(&q.token))
         && let Ok(cookie) = HeaderValue::from_str(&format!(
             "{}={}; Path=/; HttpOnly; SameSite=Strict",
             auth::COOKIE_NAME,
