@@ -28,20 +28,11 @@ impl Evaluator for crate::Engine {
     }
 
     fn evaluate(&self, lease: &Lease, deadline: Option<Instant>) -> Result<EvalResult, String> {
-        let options = &lease.spec.options;
         let job = crate::Job {
             task_name: lease.spec.task_name.clone(),
             task_source: lease.spec.task_source.clone(),
             candidate_source: lease.spec.candidate_source.clone(),
-            options: crate::JudgeOptions {
-                trials: options.trials,
-                seed: options.seed,
-                size_profile: options.size_profile.clone(),
-                timing: options.timing,
-                verify_policy: options.verify_policy.clone(),
-                tolerance: options.tolerance.clone(),
-                generalize: options.generalize.clone(),
-            },
+            options: lease.spec.options.clone(),
             deadline,
         };
         Ok(crate::Engine::evaluate(self, &job))

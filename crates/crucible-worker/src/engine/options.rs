@@ -1,36 +1,9 @@
 //! The judge options a task carries, and how they become the judge's configuration.
 
 use crucible_judge::{EvalConfig, Generalize, ToleranceProfile, VerifyPolicy};
-use serde::{Deserialize, Serialize};
 
-/// How the judge should run one evaluation; every `None` is the judge's default.
-///
-/// The same type (and JSON) as `crucible_queue::JudgeOptions`; this copy stands in until that
-/// crate's lands, after which this becomes a re-export.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct JudgeOptions {
-    /// Correctness trials.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trials: Option<u32>,
-    /// Base seed (replays an earlier evaluation exactly).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-    /// Task size profile (`small`, `full`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub size_profile: Option<String>,
-    /// Whether to time a correct candidate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timing: Option<bool>,
-    /// Static verifier policy.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verify_policy: Option<String>,
-    /// Tolerance profile (`kb-v0`, `strict`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tolerance: Option<String>,
-    /// Generalization trial: `auto`, `on` or `off`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generalize: Option<String>,
-}
+/// How the judge should run one evaluation: the queue's type, carried by every task.
+pub use crucible_queue::JudgeOptions;
 
 /// The most correctness trials a task may ask for.
 pub const MAX_TRIALS: u32 = 100;
