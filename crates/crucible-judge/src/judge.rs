@@ -637,12 +637,10 @@ impl Workers {
             if cfg.transport_name() == "cuda_ipc" {
                 shared.push(Path::new("/dev/shm"));
             }
-            sandbox.for_candidate(
-                &runtime.harness_root,
-                candidate_dir.path(),
-                &shared,
-                cfg.is_gpu(),
-            )
+            // The harness and the compiled bytecode it imports: read, never written.
+            let mut code = vec![runtime.harness_root.as_path()];
+            code.extend(runtime.bytecode.as_deref());
+            sandbox.for_candidate(&code, candidate_dir.path(), &shared, cfg.is_gpu())
         });
         let missing_sandbox = candidate_sandbox
             .as_ref()

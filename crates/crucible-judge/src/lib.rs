@@ -8,6 +8,7 @@
 //! about rewards, queues or HTTP.
 
 pub mod audit;
+mod bytecode;
 pub mod device;
 pub mod error;
 pub mod judge;

@@ -61,6 +61,7 @@ fn runtime_with_a_broken_referee(dir: &Path) -> Runtime {
     Runtime {
         python: runtime.python,
         harness_root: dir.to_path_buf(),
+        bytecode: runtime.bytecode,
     }
 }
 

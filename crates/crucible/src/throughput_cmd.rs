@@ -398,6 +398,10 @@ struct Row {
     /// the processes, building the reference, loading the candidate, set-up and teardown.
     fixed_s: f64,
     stages: BTreeMap<String, f64>,
+    /// Why it was not correct, and its reject and flag findings: what a verdict that differs
+    /// between the modes is read from.
+    failure: Option<crucible_result::Failure>,
+    findings: Vec<String>,
     prestarted: bool,
 }
 
@@ -406,6 +410,8 @@ struct Measured {
     batch_s: f64,
     rows: Vec<Row>,
     intervals: Vec<(Instant, Instant)>,
+    /// When untimed GPU work (trials, model builds) held its share of the GPU.
+    untimed: Vec<(Instant, Instant)>,
     cache: (usize, usize),
 }
 
@@ -418,8 +424,10 @@ fn run_mode(
 ) -> anyhow::Result<Measured> {
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::new(Mutex::new(vec![Seen::default(); cases.len()]));
     let intervals = Arc::new(Mutex::new(Vec::new()));
+    let untimed = Arc::new(Mutex::new(Vec::new()));
     let probe: Probe = {
         let (seen, intervals) = (Arc::clone(&seen), Arc::clone(&intervals));
+        let untimed = Arc::clone(&untimed);
         Arc::new(move |event| {
             let Some(index) = CURRENT.with(Cell::get) else {
                 return;
@@ -435,6 +443,11 @@ fn run_mode(
                 EngineEvent::TimedPhases { entered, left } => {
                     if let Ok(mut intervals) = intervals.lock() {
                         intervals.push((entered, left));
+                    }
+                }
+                EngineEvent::UntimedGpuWork { entered, left } => {
+                    if let Ok(mut untimed) = untimed.lock() {
+                        untimed.push((entered, left));
                     }
                 }
             }
@@ -479,11 +492,13 @@ fn run_mode(
         .map(|((result, case), seen)| row(result, case.kind, seen, on))
         .collect();
     let intervals = intervals.lock().map(|i| i.clone()).unwrap_or_default();
+    let untimed = untimed.lock().map(|i| i.clone()).unwrap_or_default();
     Ok(Measured {
         engine_start_s,
         batch_s,
         rows,
         intervals,
+        untimed,
         cache,
     })
 }
@@ -584,6 +599,13 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         stages,
         prestarted: seen.prestarted,
+        failure: result.failure.clone(),
+        findings: result
+            .findings
+            .iter()
+            .filter(|f| f.severity >= crucible_result::Severity::Flag)
+            .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
+            .collect(),
     }
 }
 
@@ -679,9 +701,16 @@ impl Measured {
             intervals.sort();
             let overlaps = intervals.windows(2).filter(|w| w[1].0 < w[0].1).count();
             let held: f64 = intervals.iter().map(|(a, b)| (*b - *a).as_secs_f64()).sum();
+            let beside_timed = self
+                .untimed
+                .iter()
+                .filter(|(a, b)| intervals.iter().any(|(c, d)| a < d && c < b))
+                .count();
             println!(
-                "  timed phases: {} under the GPU lock, {held:.1} s held, {overlaps} overlapping",
-                intervals.len()
+                "  timed phases: {} under the GPU lock, {held:.1} s held, {overlaps} overlapping; \
+                 untimed GPU work: {} shares, {beside_timed} during a timed phase",
+                intervals.len(),
+                self.untimed.len()
             );
         }
     }
@@ -707,6 +736,8 @@ impl Measured {
                 "fixed_s": row.fixed_s,
                 "prestarted": row.prestarted,
                 "stages": row.stages,
+                "failure": row.failure,
+                "findings": row.findings,
             });
             writeln!(file, "{line}")?;
         }

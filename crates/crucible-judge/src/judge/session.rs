@@ -68,6 +68,12 @@ struct Session {
     launch_free: Vec<String>,
 }
 
+/// A shared claim on the device for untimed work (see [`super::TimedPhaseGate::share`]), when
+/// the evaluation has a gate.
+fn untimed_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
+    eval.cfg.timed_phases.as_ref().map(|gate| gate.share())
+}
+
 /// What the timing stage hands to the stages after it.
 struct TimedPhase {
     reference: TimeReferenceReply,
@@ -126,20 +132,32 @@ impl Session {
 
     /// Every stage after `start`, in order; the first failure ends the evaluation.
     fn stages(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
-        let init_inputs = self.reference(eval)?;
-        self.load(eval, init_inputs)?;
+        let init_inputs = {
+            let _gpu = untimed_gpu_work(eval);
+            self.reference(eval)?
+        };
+        {
+            let _gpu = untimed_gpu_work(eval);
+            self.load(eval, init_inputs)?;
+        }
         self.trials(eval)?;
         self.repeat(eval)?;
         if !self.launch_check(eval) {
             return Ok(());
         }
-        self.precision(eval)?;
-        let usable = generalize::generalize_stage(
-            eval,
-            &mut self.workers.referee,
-            &mut self.workers.candidate,
-            &self.task,
-        )?;
+        {
+            let _gpu = untimed_gpu_work(eval);
+            self.precision(eval)?;
+        }
+        let usable = {
+            let _gpu = untimed_gpu_work(eval);
+            generalize::generalize_stage(
+                eval,
+                &mut self.workers.referee,
+                &mut self.workers.candidate,
+                &self.task,
+            )?
+        };
         let Some(timing_cfg) = eval.cfg.timing.clone().filter(|_| eval.cfg.is_gpu()) else {
             return Ok(());
         };
@@ -210,6 +228,7 @@ impl Session {
         against_kept: bool,
     ) -> Result<(RunReply, CheckReply), Stop> {
         let limit = eval.cfg.limits.trial;
+        let _gpu = untimed_gpu_work(eval);
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         let trial = stage.to_string();
         let prepare = RefereeRequest::Prepare {

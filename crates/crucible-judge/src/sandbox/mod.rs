@@ -286,17 +286,17 @@ fn probe(check: &dyn Fn() -> bool) -> bool {
 // --- the parent's side ---------------------------------------------------------------------
 
 impl Sandbox {
-    /// This sandbox for one candidate process: the harness to import, its own scratch directory
+    /// This sandbox for one candidate process: the code it imports (read-only), its own scratch directory
     /// (HOME, TMPDIR, Triton's cache), the directories of files it shares with the referee and,
     /// on a GPU, the device files.
     pub fn for_candidate(
         mut self,
-        harness_root: &Path,
+        code: &[&Path],
         scratch: &Path,
         shared: &[&Path],
         gpu: bool,
     ) -> Sandbox {
-        self.read_only.push(harness_root.to_path_buf());
+        self.read_only.extend(code.iter().map(|p| p.to_path_buf()));
         self.read_write.push(scratch.to_path_buf());
         self.shared_files
             .extend(shared.iter().map(|p| p.to_path_buf()));

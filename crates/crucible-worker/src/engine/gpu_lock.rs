@@ -4,6 +4,12 @@
 //! machine that times on that GPU opens the same file, whatever its `CUDA_VISIBLE_DEVICES`
 //! numbering. `flock` locks belong to an open file description, so each entry opens the file
 //! afresh: two threads of one process then exclude each other like two processes do.
+//!
+//! Timed phases lock it exclusively; untimed GPU work (trials, building models) shares it.
+//! `flock` favours neither side, so a stream of untimed work could keep a timed phase out for
+//! good: a second file is the turnstile. A timed phase holds the turnstile exclusively while it
+//! waits for the GPU; untimed work passes through the turnstile (a shared lock, dropped at once)
+//! before it asks for its share, so none starts while a timed phase waits.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -54,12 +60,41 @@ impl GpuLock {
     /// Blocks until this thread holds the GPU; released when the guard drops.
     pub fn acquire(&self) -> Held {
         let asked = Instant::now();
-        let file = match open(&self.path).and_then(|file| file.lock().map(|()| file)) {
+        let file = self.turnstile().and_then(|turnstile| {
+            turnstile.lock()?;
+            let file = open(&self.path)?;
+            file.lock()?;
+            // Dropping the turnstile (closing it) lets untimed work queue behind this phase.
+            Ok(file)
+        });
+        self.held(file, asked, Mode::Exclusive)
+    }
+
+    /// Blocks while a timed phase holds the GPU or waits for it; then holds a share of it,
+    /// beside other untimed work, until the guard drops.
+    pub fn share(&self) -> Held {
+        let asked = Instant::now();
+        let file = self.turnstile().and_then(|turnstile| {
+            turnstile.lock_shared()?;
+            drop(turnstile);
+            let file = open(&self.path)?;
+            file.lock_shared()?;
+            Ok(file)
+        });
+        self.held(file, asked, Mode::Shared)
+    }
+
+    fn turnstile(&self) -> std::io::Result<File> {
+        open(&self.path.with_extension("turnstile"))
+    }
+
+    fn held(&self, file: std::io::Result<File>, asked: Instant, mode: Mode) -> Held {
+        let file = match file {
             Ok(file) => Some(file),
             Err(error) => {
                 // Never a reason to fail an evaluation, but the numbers are no longer exclusive.
                 tracing::error!(
-                    "cannot lock {} ({error}); timing without exclusive use of the GPU",
+                    "cannot lock {} ({error}); the GPU is no longer exclusive during timing",
                     self.path.display()
                 );
                 None
@@ -72,9 +107,19 @@ impl GpuLock {
         Held {
             file,
             entered,
+            mode,
             probe: self.probe.clone(),
         }
     }
+}
+
+/// How a [`Held`] holds the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A timed phase: nothing else runs on the GPU.
+    Exclusive,
+    /// Untimed work, beside other untimed work.
+    Shared,
 }
 
 fn open(path: &Path) -> std::io::Result<File> {
@@ -89,6 +134,7 @@ fn open(path: &Path) -> std::io::Result<File> {
 pub struct Held {
     file: Option<File>,
     entered: Instant,
+    mode: Mode,
     probe: Option<Probe>,
 }
 
@@ -102,9 +148,10 @@ impl Drop for Held {
     fn drop(&mut self) {
         // Reported while still held, so intervals from the probe can be checked for overlap.
         if let Some(probe) = &self.probe {
-            probe(EngineEvent::TimedPhases {
-                entered: self.entered,
-                left: Instant::now(),
+            let (entered, left) = (self.entered, Instant::now());
+            probe(match self.mode {
+                Mode::Exclusive => EngineEvent::TimedPhases { entered, left },
+                Mode::Shared => EngineEvent::UntimedGpuWork { entered, left },
             });
         }
         if let Some(file) = self.file.take() {
@@ -120,5 +167,103 @@ pub(crate) struct Gate(pub Arc<GpuLock>);
 impl TimedPhaseGate for Gate {
     fn enter(&self) -> TimedPhaseGuard {
         Box::new(self.0.acquire())
+    }
+
+    fn share(&self) -> TimedPhaseGuard {
+        Box::new(self.0.share())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    type Intervals = Arc<Mutex<Vec<(Mode, Instant, Instant)>>>;
+
+    fn lock_with_log(dir: &Path) -> (Arc<GpuLock>, Intervals) {
+        let log: Intervals = Arc::default();
+        let probe: Probe = {
+            let log = Arc::clone(&log);
+            Arc::new(move |event| {
+                let entry = match event {
+                    EngineEvent::TimedPhases { entered, left } => (Mode::Exclusive, entered, left),
+                    EngineEvent::UntimedGpuWork { entered, left } => (Mode::Shared, entered, left),
+                    _ => return,
+                };
+                log.lock().expect("log").push(entry);
+            })
+        };
+        let lock = GpuLock::new(dir.join("gpu-test.lock"), Some(probe)).expect("lock file");
+        (Arc::new(lock), log)
+    }
+
+    fn overlap((_, a, b): &(Mode, Instant, Instant), (_, c, d): &(Mode, Instant, Instant)) -> bool {
+        a < d && c < b
+    }
+
+    #[test]
+    fn untimed_work_shares_the_gpu_but_never_with_a_timed_phase() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, log) = lock_with_log(dir.path());
+        std::thread::scope(|scope| {
+            for worker in 0..6 {
+                let lock = Arc::clone(&lock);
+                scope.spawn(move || {
+                    for round in 0..4 {
+                        let held = if (worker + round) % 3 == 0 {
+                            lock.acquire()
+                        } else {
+                            lock.share()
+                        };
+                        std::thread::sleep(Duration::from_millis(15));
+                        drop(held);
+                    }
+                });
+            }
+        });
+        let log = log.lock().expect("log");
+        let (timed, untimed): (Vec<_>, Vec<_>) = log
+            .iter()
+            .copied()
+            .partition(|(mode, ..)| *mode == Mode::Exclusive);
+        assert_eq!(timed.len() + untimed.len(), 24);
+        for t in &timed {
+            let beside: Vec<_> = log.iter().filter(|o| *o != t && overlap(t, o)).collect();
+            assert!(beside.is_empty(), "{t:?} overlapped {beside:?}");
+        }
+        let shared_overlaps = untimed
+            .iter()
+            .enumerate()
+            .filter(|(i, u)| untimed[i + 1..].iter().any(|o| overlap(u, o)))
+            .count();
+        assert!(shared_overlaps > 0, "untimed work never ran side by side");
+    }
+
+    #[test]
+    fn a_waiting_timed_phase_holds_back_new_untimed_work() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, log) = lock_with_log(dir.path());
+        let first = lock.share();
+        std::thread::scope(|scope| {
+            let timed = scope.spawn(|| {
+                let held = lock.acquire();
+                std::thread::sleep(Duration::from_millis(20));
+                drop(held);
+            });
+            // The timed phase is waiting for `first` by now; untimed work that comes later
+            // must wait for it rather than keep it out.
+            std::thread::sleep(Duration::from_millis(100));
+            let later = scope.spawn(|| drop(lock.share()));
+            std::thread::sleep(Duration::from_millis(100));
+            drop(first);
+            timed.join().expect("timed thread");
+            later.join().expect("later thread");
+        });
+        let log = log.lock().expect("log");
+        let order: Vec<Mode> = log.iter().map(|(mode, ..)| *mode).collect();
+        // Reported on release: the first share, the timed phase, then the later share.
+        assert_eq!(order, [Mode::Shared, Mode::Exclusive, Mode::Shared]);
     }
 }

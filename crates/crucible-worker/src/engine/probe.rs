@@ -12,10 +12,14 @@ pub enum EngineEvent {
         candidate_pid: u32,
         prestarted: bool,
     },
-    /// How long an evaluation waited for the GPU lock.
+    /// How long an evaluation waited for the GPU lock (for its timed phases or, shared, for
+    /// untimed GPU work).
     GpuLockWait(Duration),
     /// An evaluation held the GPU from `entered` to `left` (reported before release).
     TimedPhases { entered: Instant, left: Instant },
+    /// An evaluation's untimed GPU work (a trial, building a model...) held a share of the GPU
+    /// from `entered` to `left`; it must not overlap any `TimedPhases`.
+    UntimedGpuWork { entered: Instant, left: Instant },
     /// A reference timing came from the cache (`hit`) or was measured.
     ReferenceTiming { hit: bool },
 }
