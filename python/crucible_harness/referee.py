@@ -163,6 +163,12 @@ class Referee:
             for j, ((slot, desc), snap) in enumerate(zip(slots, snapshot, strict=True))
             if not same_bits(torch, self._slot_value(slot, desc), snap)
         ]
+        del inputs, pristine, expected, shared_inputs, slots, snapshot
+        if self.device.startswith("cuda"):
+            # Evaluations share the GPU: memory this trial no longer needs goes back to the
+            # driver rather than staying in this process's cache (a task with 6 GiB tensors
+            # left over 100 GiB cached here, and a referee beside it ran out of memory).
+            torch.cuda.empty_cache()
         return {
             "outputs": outputs,
             "problems": problems,

@@ -289,7 +289,7 @@ impl Engine {
         let shared = self.alone.read();
         let result = run();
         drop(shared);
-        if self.options.concurrency > 1 && out_of_memory(&result) {
+        if self.options.concurrency > 1 && shared_device_fault(&result) {
             // The engine, not the candidate, put several evaluations on one device.
             let first = result;
             let alone = self.alone.write();
@@ -379,11 +379,16 @@ fn cap_limits(limits: &mut StageLimits, deadline: Instant) {
     }
 }
 
-fn out_of_memory(result: &EvalResult) -> bool {
-    result
-        .failure
-        .as_ref()
-        .is_some_and(|f| f.class == FailureClass::OutOfMemory)
+/// A failure that sharing the device may have caused: the candidate ran out of memory, or the
+/// judge's own side failed (measured on an H200: six evaluations of a task with 6 GiB tensors
+/// at once, and a referee ran out of memory, an `infra_error`).
+fn shared_device_fault(result: &EvalResult) -> bool {
+    result.failure.as_ref().is_some_and(|f| {
+        matches!(
+            f.class,
+            FailureClass::OutOfMemory | FailureClass::InfraError
+        )
+    })
 }
 
 /// Says in the retried result why it was retried and what the first attempt got.
@@ -397,8 +402,12 @@ fn note_retry(result: &mut EvalResult, first: &EvalResult) {
         "retried-alone",
         Severity::Info,
         format!(
-            "ran out of memory in `{stage}` while sharing the device with other evaluations; \
-             this is the result of running it alone"
+            "{} in `{stage}` while sharing the device with other evaluations; this is the \
+             result of running it alone",
+            match first.verdict {
+                Verdict::InfraError => "the judge failed",
+                _ => "ran out of memory",
+            }
         ),
     ));
     debug_assert!(first.verdict != Verdict::Correct);
