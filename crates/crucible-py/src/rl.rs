@@ -50,7 +50,7 @@ fn reduce(result: &EvalResult, basis: SpeedupBasis) -> PyResult<Scored> {
 }
 
 /// Reads an `EvalResult`, a JSON string or a dict (the document as plain objects).
-fn with_result<T>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&EvalResult) -> T) -> PyResult<T> {
+pub fn with_result<T>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&EvalResult) -> T) -> PyResult<T> {
     if let Ok(r) = obj.cast::<PyEvalResult>() {
         return Ok(f(&r.get().inner));
     }

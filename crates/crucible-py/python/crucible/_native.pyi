@@ -143,3 +143,14 @@ def advantages(
 ) -> dict[str, Any]:
     """`{"ret", "advantage", "weight", "reason", "summary"}`: NaN for none; `reason` indexes
     REASONS (-1: kept). A NaN reward marks its turn errored unless `errored` is given."""
+
+SYSTEM_PROMPT: str
+
+def first_turn(task_name: str, task_source: str) -> str:
+    """The first user message of a multi-turn rollout (as `crucible agent` writes it)."""
+
+def feedback(result: ResultLike, max_tokens: int = 512) -> str:
+    """The judge's note on an answer, as `crucible agent` feeds it back (at most `max_tokens`)."""
+
+def no_code_feedback(reason: str) -> str:
+    """The note on an answer without code in it."""
