@@ -9,6 +9,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from typing_extensions import Self
+
 
 class ChatStub:
     def __init__(self, replies: list[str]):
@@ -54,7 +56,7 @@ class ChatStub:
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> ChatStub:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

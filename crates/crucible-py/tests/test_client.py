@@ -44,10 +44,21 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.log = open(tmp / "serve.log", "w")  # noqa: SIM115 (closed in stop)
         cmd = [
-            cli, "serve", "--queue", f"sqlite://{tmp / 'queue.db'}", "--bind",
-            f"127.0.0.1:{port}", "--token", TOKEN, "--workers", "1", "--devices", "cpu",
-            "--drain-secs", "2",
-        ]  # fmt: skip
+            cli,
+            "serve",
+            "--queue",
+            f"sqlite://{tmp / 'queue.db'}",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--token",
+            TOKEN,
+            "--workers",
+            "1",
+            "--devices",
+            "cpu",
+            "--drain-secs",
+            "2",
+        ]
         env = {**os.environ, "CRUCIBLE_PYTHON": crucible.judge_python()}
         env.pop("CRUCIBLE_TOKEN", None)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
@@ -99,12 +110,16 @@ def test_requests_match_the_served_openapi_document(client):
     doc = client.openapi()
     schemas = doc["components"]["schemas"]
     submission = schemas["TaskSubmission"]
-    assert set(relu_spec(priority=1, labels={"a": 1}, cache=False)) <= set(
-        submission["properties"]
-    )
+    assert set(relu_spec(priority=1, labels={"a": 1}, cache=False)) <= set(submission["properties"])
     assert set(submission["required"]) <= set(relu_spec())
-    for path in ("/v1/tasks", "/v1/batches", "/v1/tasks/{id}", "/v1/tasks/{id}/cancel",
-                 "/v1/batches/{id}", "/v1/batches/{id}/events"):  # fmt: skip
+    for path in (
+        "/v1/tasks",
+        "/v1/batches",
+        "/v1/tasks/{id}",
+        "/v1/tasks/{id}/cancel",
+        "/v1/batches/{id}",
+        "/v1/batches/{id}/events",
+    ):
         assert path in doc["paths"], path
     assert set(schemas["BatchSubmitted"]["required"]) == {"batch_id", "task_ids"}
     assert {"id", "cancelled", "state"} <= set(schemas["CancelOutcome"]["required"])
@@ -177,9 +192,7 @@ def test_retries_connection_refused_until_the_server_is_up(cli, tmp_path):
     threading.Thread(target=start_later, daemon=True).start()
     t0 = time.monotonic()
     try:
-        task_id = Client(f"http://127.0.0.1:{port}", TOKEN, retries=8).submit(
-            **_args(relu_spec())
-        )
+        task_id = Client(f"http://127.0.0.1:{port}", TOKEN, retries=8).submit(**_args(relu_spec()))
         assert time.monotonic() - t0 >= 1.5, "the first attempts must have been refused"
         assert task_id
     finally:

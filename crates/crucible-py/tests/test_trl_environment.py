@@ -92,15 +92,27 @@ def test_grpo_trainer_runs_the_environment(judge, tmp_path):
 
     data = Dataset.from_list(kernel_prompts(crucible.builtin_tasks(), ["01_relu", "16_swish"]))
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=32, max_tool_calling_iterations=2,
-        learning_rate=1e-6, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",
-        bf16=False, seed=0,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=32,
+        max_tool_calling_iterations=2,
+        learning_rate=1e-6,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        bf16=False,
+        seed=0,
+    )
     trainer = GRPOTrainer(
-        model=model, processing_class=tokenizer, args=args, train_dataset=data,
+        model=model,
+        processing_class=tokenizer,
+        args=args,
+        train_dataset=data,
         environment_factory=tracked,
-    )  # fmt: skip
+    )
     trainer.train()
     assert trainer.state.global_step == 1
     reset = [e for e in made if e._task is not None]

@@ -67,7 +67,9 @@ def test_multi_turn_episode_with_judge_feedback(judge, monkeypatch):
     # The model saw the judge's notes: a request for code, then the runtime error.
     assert len(stub.requests) == 3
     second_user = stub.requests[1]["messages"][-1]["content"]
-    assert second_user == crucible.no_code_feedback("no ```python block defining ModelNew was found")
+    assert second_user == crucible.no_code_feedback(
+        "no ```python block defining ModelNew was found"
+    )
     third_user = stub.requests[2]["messages"][-1]["content"]
     assert third_user.startswith("Verdict: failed while running.")
     assert stub.requests[0]["messages"][0] == {"role": "system", "content": crucible.SYSTEM_PROMPT}

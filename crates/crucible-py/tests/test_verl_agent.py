@@ -57,13 +57,23 @@ def run_loop(tokenizer, replies, scorer, monkeypatch, max_turns=3):
 
 
 def test_multi_turn_rollout_keeps_logprobs_and_feeds_back(judge, tokenizer, monkeypatch):
-    replies = ["Let me think.", fenced(solution("02_gelu_tanh", "wrong")), fenced(solution("16_swish"))]
+    replies = [
+        "Let me think.",
+        fenced(solution("02_gelu_tanh", "wrong")),
+        fenced(solution("16_swish")),
+    ]
     scorer = KernelScorer(judge=judge, recipe="tiered")
     out, server = run_loop(tokenizer, list(replies), scorer, monkeypatch)
     turns = out.extra_fields["crucible_turns"]
     assert [t["verdict"] for t in turns] == ["void", "runtime_error", "correct"]
-    assert out.reward_score == turns[-1]["reward"] == scorer.recipe.reward(
-        judge.evaluate(crucible.builtin_tasks()["16_swish"], solution("16_swish"), task_name="16_swish")
+    assert (
+        out.reward_score
+        == turns[-1]["reward"]
+        == scorer.recipe.reward(
+            judge.evaluate(
+                crucible.builtin_tasks()["16_swish"], solution("16_swish"), task_name="16_swish"
+            )
+        )
     )
     assert out.extra_fields["crucible_infra_error_dropped"] == 0
     assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
@@ -82,10 +92,15 @@ def test_multi_turn_rollout_keeps_logprobs_and_feeds_back(judge, tokenizer, monk
     rollout = [np.array(t["rollout_logprobs"], np.float32) for t in turns]
     train = [lp + np.float32(0.01) for lp in rollout]
     adv = crucible.advantages(
-        ["16_swish"] * n, np.zeros(n, np.uint32), np.arange(n, dtype=np.uint32),
-        np.array(out.extra_fields["turn_scores"]), estimator="trloo", mrs=True,
-        train_logprobs=train, rollout_logprobs=rollout,
-    )  # fmt: skip
+        ["16_swish"] * n,
+        np.zeros(n, np.uint32),
+        np.arange(n, dtype=np.uint32),
+        np.array(out.extra_fields["turn_scores"]),
+        estimator="trloo",
+        mrs=True,
+        train_logprobs=train,
+        rollout_logprobs=rollout,
+    )
     assert adv["summary"]["rows"] == n
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import verifiers.v1 as vf
 from pydantic import Field
@@ -135,9 +135,9 @@ class KernelEnvConfig(vf.EnvConfig):
     player: vf.AgentConfig = vf.AgentConfig(runtime=SubprocessConfig(), network_notice=False)
     max_turns: int = Field(4, ge=1)
     """Answers judged per episode at most (the episode ends earlier on a correct kernel)."""
-    rubric: dict[str, float] = Field(default_factory=lambda: {"tiered": 1.0})
+    rubric: dict[str, float] = Field(default_factory=lambda: {"tiered": 1.0}, min_length=1)
     """Reward recipes (crucible.RECIPES) and their weights."""
-    episode_reward: str = "last"
+    episode_reward: Literal["last", "best"] = "last"
     """Which judged answer the rubric scores: ``last`` or ``best``."""
     flag_penalty: float = DEFAULT_FLAG_PENALTY
     feedback_tokens: int = 512
@@ -227,11 +227,12 @@ def load_environment(
     cfg = KernelEnvConfig(taskset={"id": TASKSET_ID, "tasks": tasks}, **config)
     env = vf_load(cfg)
     if not isinstance(env, KernelEnv):
-        raise RuntimeError(f"verifiers loaded {type(env).__name__} for {TASKSET_ID}")
+        raise TypeError(f"verifiers loaded {type(env).__name__} for {TASKSET_ID}")
     if scorer is None and judge is not None:
         first = next(iter(cfg.rubric))
         scorer = KernelScorer(
-            judge=judge, recipe=Recipe(first, flag_penalty=cfg.flag_penalty),
+            judge=judge,
+            recipe=Recipe(first, flag_penalty=cfg.flag_penalty),
             concurrency=cfg.concurrency,
         )
     env.scorer = scorer

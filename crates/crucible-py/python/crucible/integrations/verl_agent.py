@@ -60,8 +60,16 @@ except Exception:  # noqa: BLE001 (verl absent, or present without ray)
     class AgentLoopBase:  # type: ignore[no-redef]
         """The constructor of verl's ``AgentLoopBase`` (the parts this loop reads)."""
 
-        def __init__(self, trainer_config=None, server_manager=None, tokenizer=None,
-                     processor=None, dataset_cls=None, data_config=None, **kwargs):
+        def __init__(
+            self,
+            trainer_config=None,
+            server_manager=None,
+            tokenizer=None,
+            processor=None,
+            dataset_cls=None,
+            data_config=None,
+            **kwargs,
+        ):
             self.config = getattr(trainer_config, "config", trainer_config)
             self.server_manager = server_manager
             self.tokenizer = tokenizer
@@ -126,15 +134,24 @@ class KernelAgentLoop(AgentLoopBase):
             [result] = await asyncio.to_thread(scorer.judge_batch, [name], [text])
             reward = scorer._reward(name, result)
             verdict = "void" if result is None else result.verdict
-            turns.append({"verdict": verdict, "reward": reward, "span": [start, len(response)],
-                          "rollout_logprobs": list(lps) if lps else None})
+            turns.append(
+                {
+                    "verdict": verdict,
+                    "reward": reward,
+                    "span": [start, len(response)],
+                    "rollout_logprobs": list(lps) if lps else None,
+                }
+            )
             if reward is None:
                 infra = True
                 break
             if verdict == "correct" or len(turns) >= self.max_turns or self._full(response):
                 break
-            note = (no_code_feedback(NO_CODE) if result is None
-                    else feedback(result, self.feedback_tokens))
+            note = (
+                no_code_feedback(NO_CODE)
+                if result is None
+                else feedback(result, self.feedback_tokens)
+            )
             messages += [{"role": "assistant", "content": text}, {"role": "user", "content": note}]
             delta = self._user_turn_tokens(note)
             response += delta
@@ -148,7 +165,9 @@ class KernelAgentLoop(AgentLoopBase):
         chat template of ``[system, user]`` less that of ``[system]``."""
         anchor = [{"role": "system", "content": "x"}]
         base = self._chat_ids(anchor)
-        full = self._chat_ids(anchor + [{"role": "user", "content": note}], add_generation_prompt=True)
+        full = self._chat_ids(
+            anchor + [{"role": "user", "content": note}], add_generation_prompt=True
+        )
         if full[: len(base)] != base:
             raise ValueError("the chat template does not extend a conversation by appending")
         return full[len(base) :]
