@@ -5,6 +5,7 @@
 //! `crucible verify`, `crucible eval`, `crucible reward` and `crucible advantages`. Long work
 //! (judging, batch math) runs with the GIL released.
 
+mod agent;
 mod convert;
 mod judge;
 mod rl;
@@ -18,6 +19,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<judge::PyEvalResult>()?;
     m.add_class::<judge::Judge>()?;
     m.add_class::<rl::PyRecipe>()?;
+    agent::register(m)?;
     m.add_function(wrap_pyfunction!(verify::verify, m)?)?;
     m.add_function(wrap_pyfunction!(verify::rules_markdown, m)?)?;
     m.add_function(wrap_pyfunction!(judge::builtin_tasks, m)?)?;

@@ -2,7 +2,7 @@
 //! `crucible advantages`, over result documents and NumPy columns.
 
 use crucible_result::{EvalResult, Severity};
-use crucible_rl::advantage::{Config, Estimator, Reason, TurnInput};
+use crucible_rl::advantage::{Config, Estimator, Reason, TurnInput, TurnSource};
 use crucible_rl::reward::{Kind, Outcome, Recipe, SpeedupBasis};
 use crucible_rl::sampling::{GroupFilter, LogRatio, Mrs, Prs, PrsMode, prompt_key};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
@@ -50,7 +50,7 @@ fn reduce(result: &EvalResult, basis: SpeedupBasis) -> PyResult<Scored> {
 }
 
 /// Reads an `EvalResult`, a JSON string or a dict (the document as plain objects).
-fn with_result<T>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&EvalResult) -> T) -> PyResult<T> {
+pub fn with_result<T>(obj: &Bound<'_, PyAny>, f: impl FnOnce(&EvalResult) -> T) -> PyResult<T> {
     if let Ok(r) = obj.cast::<PyEvalResult>() {
         return Ok(f(&r.get().inner));
     }
@@ -186,16 +186,22 @@ impl PyRecipe {
 
     /// Rewards over columns (see `outcomes`): `kind` codes index `OUTCOME_KINDS` (5 is
     /// `infra_error`, giving NaN); NaN speedup or coverage means none was measured.
+    /// Each column is a NumPy array or a pyarrow array (see `column`).
     #[pyo3(signature = (kind, speedup, coverage, shape_specialized=None, flagged=None))]
     fn score_columns<'py>(
         &self,
         py: Python<'py>,
-        kind: PyReadonlyArray1<'py, u8>,
-        speedup: PyReadonlyArray1<'py, f64>,
-        coverage: PyReadonlyArray1<'py, f64>,
-        shape_specialized: Option<PyReadonlyArray1<'py, bool>>,
-        flagged: Option<PyReadonlyArray1<'py, bool>>,
+        kind: &Bound<'py, PyAny>,
+        speedup: &Bound<'py, PyAny>,
+        coverage: &Bound<'py, PyAny>,
+        shape_specialized: Option<&Bound<'py, PyAny>>,
+        flagged: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let kind = column::<u8>(kind, "kind")?;
+        let speedup = column::<f64>(speedup, "speedup")?;
+        let coverage = column::<f64>(coverage, "coverage")?;
+        let shape_specialized = optional_column::<bool>(shape_specialized, "shape_specialized")?;
+        let flagged = optional_column::<bool>(flagged, "flagged")?;
         let kind = kind.as_slice()?;
         let n = kind.len();
         let speedup = same_len(speedup.as_slice()?, n, "speedup")?;
@@ -298,6 +304,51 @@ fn optional<'a, T: numpy::Element>(
     }
 }
 
+/// A 1-D column: a NumPy array of `T` as it is, or a pyarrow `Array` / `ChunkedArray` as NumPy
+/// through `to_numpy(zero_copy_only=False)`, which shares the Arrow buffer for one chunk of
+/// numbers without nulls and copies otherwise (booleans, several chunks; nulls become NaN in a
+/// float column). The dtype must match: no silent casts.
+pub fn column<'py, T: numpy::Element>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<PyReadonlyArray1<'py, T>> {
+    if let Ok(a) = obj.extract::<PyReadonlyArray1<'py, T>>() {
+        return Ok(a);
+    }
+    let py = obj.py();
+    let want = numpy::dtype::<T>(py);
+    let array = if is_arrow(obj)? {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("zero_copy_only", false)?;
+        obj.call_method("to_numpy", (), Some(&kwargs))?
+    } else {
+        obj.clone()
+    };
+    array.extract::<PyReadonlyArray1<'py, T>>().map_err(|_| {
+        let got = array
+            .getattr("dtype")
+            .map_or_else(|_| array.get_type().to_string(), |d| d.to_string());
+        value_error(format!(
+            "{name} must be a 1-D array of {want} (NumPy or pyarrow), not {got}"
+        ))
+    })
+}
+
+fn optional_column<'py, T: numpy::Element>(
+    obj: Option<&Bound<'py, PyAny>>,
+    name: &str,
+) -> PyResult<Option<PyReadonlyArray1<'py, T>>> {
+    obj.filter(|o| !o.is_none())
+        .map(|o| column::<T>(o, name))
+        .transpose()
+}
+
+/// A pyarrow Array or ChunkedArray (told apart by module, not imported: pyarrow is optional).
+fn is_arrow(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let module: String = obj.get_type().getattr("__module__")?.extract()?;
+    Ok(module == "pyarrow.lib" || module.starts_with("pyarrow."))
+}
+
 /// The stable key of each prompt id (what `crucible advantages` groups by).
 #[pyfunction]
 pub fn prompt_keys<'py>(py: Python<'py>, ids: Vec<String>) -> Bound<'py, PyArray1<u64>> {
@@ -307,19 +358,39 @@ pub fn prompt_keys<'py>(py: Python<'py>, ids: Vec<String>) -> Bound<'py, PyArray
         .into_pyarray(py)
 }
 
-/// Prompt keys from a uint64 array (used as they are) or a sequence of prompt-id strings.
-fn keys_of(prompt: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
-    if let Ok(keys) = prompt.extract::<PyReadonlyArray1<'_, u64>>() {
-        return Ok(keys.as_slice()?.to_vec());
+/// Prompt keys: a uint64 column (NumPy or pyarrow, used as they are) or prompt-id strings (a
+/// sequence of str, or a pyarrow string column), hashed as `crucible advantages` hashes them.
+enum Keys<'py> {
+    Column(PyReadonlyArray1<'py, u64>),
+    Hashed(Vec<u64>),
+}
+
+impl Keys<'_> {
+    fn as_slice(&self) -> PyResult<&[u64]> {
+        match self {
+            Keys::Column(c) => Ok(c.as_slice()?),
+            Keys::Hashed(v) => Ok(v),
+        }
     }
-    let ids: Vec<String> = prompt
-        .extract()
-        .map_err(|_| value_error("prompt must be a uint64 array or a sequence of str"))?;
-    Ok(ids.iter().map(|id| prompt_key(id)).collect())
+}
+
+fn keys_of<'py>(prompt: &Bound<'py, PyAny>) -> PyResult<Keys<'py>> {
+    if let Ok(keys) = column::<u64>(prompt, "prompt") {
+        return Ok(Keys::Column(keys));
+    }
+    let ids = if is_arrow(prompt)? {
+        prompt.call_method0("to_pylist")?
+    } else {
+        prompt.clone()
+    };
+    let ids: Vec<String> = ids.extract().map_err(|_| {
+        value_error("prompt must be a uint64 column or prompt-id strings (NumPy, pyarrow or str)")
+    })?;
+    Ok(Keys::Hashed(ids.iter().map(|id| prompt_key(id)).collect()))
 }
 
 /// Optional per-row columns of `advantages`.
-struct Columns<'py> {
+struct Optional<'py> {
     correct: Option<PyReadonlyArray1<'py, bool>>,
     coverage: Option<PyReadonlyArray1<'py, f64>>,
     void: Option<PyReadonlyArray1<'py, bool>>,
@@ -327,42 +398,82 @@ struct Columns<'py> {
     truncated: Option<PyReadonlyArray1<'py, bool>>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn turn_inputs(
-    keys: &[u64],
-    sample: &[u32],
-    turn: &[u32],
-    reward: &[f64],
-    cols: &Columns<'_>,
+/// A batch of turns as the caller's columns, read in place: each turn is built when the
+/// estimator reads it, so a large batch is never copied into rows.
+struct ColumnTurns<'a> {
+    keys: &'a [u64],
+    sample: &'a [u32],
+    turn: &'a [u32],
+    reward: &'a [f64],
+    correct: Option<&'a [bool]>,
+    coverage: Option<&'a [f64]>,
+    void: Option<&'a [bool]>,
+    errored: Option<&'a [bool]>,
+    truncated: Option<&'a [bool]>,
     log_ratio: Option<Vec<LogRatio>>,
-) -> PyResult<Vec<TurnInput>> {
-    let n = keys.len();
-    let sample = same_len(sample, n, "sample")?;
-    let turn = same_len(turn, n, "turn")?;
-    let reward = same_len(reward, n, "reward")?;
-    let correct = optional(&cols.correct, n, "correct")?;
-    let coverage = optional(&cols.coverage, n, "coverage")?;
-    let void = optional(&cols.void, n, "void")?;
-    let errored = optional(&cols.errored, n, "errored")?;
-    let truncated = optional(&cols.truncated, n, "truncated")?;
-    if let Some(lr) = &log_ratio {
-        same_len(lr, n, "train_logprobs")?;
-    }
-    Ok((0..n)
-        .map(|i| TurnInput {
-            prompt: keys[i],
-            sample: sample[i],
-            turn: turn[i],
-            reward: reward[i],
-            correct: correct.is_some_and(|c| c[i]),
-            coverage: coverage.map(|c| c[i]).filter(|c| c.is_finite()),
-            void: void.is_some_and(|v| v[i]),
-            // A NaN reward is what `Recipe.rewards` gives an infra_error.
-            errored: errored.map_or(reward[i].is_nan() && !void.is_some_and(|v| v[i]), |e| e[i]),
-            truncated: truncated.is_some_and(|t| t[i]),
-            log_ratio: log_ratio.as_ref().map(|lr| lr[i]),
+}
+
+impl<'a> ColumnTurns<'a> {
+    /// Checks that every column has a row per prompt key.
+    fn new(
+        keys: &'a [u64],
+        (sample, turn, reward): (&'a [u32], &'a [u32], &'a [f64]),
+        cols: &'a Optional<'_>,
+        log_ratio: Option<Vec<LogRatio>>,
+    ) -> PyResult<Self> {
+        let n = keys.len();
+        if let Some(lr) = &log_ratio {
+            same_len(lr, n, "train_logprobs")?;
+        }
+        Ok(ColumnTurns {
+            keys,
+            sample: same_len(sample, n, "sample")?,
+            turn: same_len(turn, n, "turn")?,
+            reward: same_len(reward, n, "reward")?,
+            correct: optional(&cols.correct, n, "correct")?,
+            coverage: optional(&cols.coverage, n, "coverage")?,
+            void: optional(&cols.void, n, "void")?,
+            errored: optional(&cols.errored, n, "errored")?,
+            truncated: optional(&cols.truncated, n, "truncated")?,
+            log_ratio,
         })
-        .collect())
+    }
+}
+
+impl TurnSource for ColumnTurns<'_> {
+    #[inline]
+    fn rows(&self) -> usize {
+        self.keys.len()
+    }
+
+    #[inline]
+    fn key(&self, i: usize) -> (u64, u32, u32) {
+        (self.keys[i], self.sample[i], self.turn[i])
+    }
+
+    #[inline]
+    fn reward(&self, i: usize) -> f64 {
+        self.reward[i]
+    }
+
+    #[inline]
+    fn turn(&self, i: usize) -> TurnInput {
+        let void = self.void.is_some_and(|v| v[i]);
+        let reward = self.reward[i];
+        TurnInput {
+            prompt: self.keys[i],
+            sample: self.sample[i],
+            turn: self.turn[i],
+            reward,
+            correct: self.correct.is_some_and(|c| c[i]),
+            coverage: self.coverage.map(|c| c[i]).filter(|c| c.is_finite()),
+            void,
+            // A NaN reward is what `Recipe.rewards` gives an infra_error.
+            errored: self.errored.map_or(reward.is_nan() && !void, |e| e[i]),
+            truncated: self.truncated.is_some_and(|t| t[i]),
+            log_ratio: self.log_ratio.as_ref().map(|lr| lr[i]),
+        }
+    }
 }
 
 /// Per-row train/rollout log-ratio statistics from per-token log-probs (for MRS).
@@ -394,7 +505,8 @@ fn log_ratios(
 }
 
 /// Returns, masks, rejection sampling and advantages over a batch of turns, as
-/// `crucible advantages` computes them. See the stub for the arguments.
+/// `crucible advantages` computes them. Columns are NumPy or pyarrow arrays (see `column`). See
+/// the stub for the arguments.
 #[pyfunction]
 #[pyo3(signature = (prompt, sample, turn, reward, *, estimator="trloo", gamma=None,
     normalize_std=true, correct=None, coverage=None, void=None, errored=None, truncated=None,
@@ -404,17 +516,17 @@ fn log_ratios(
 pub fn advantages<'py>(
     py: Python<'py>,
     prompt: &Bound<'py, PyAny>,
-    sample: PyReadonlyArray1<'py, u32>,
-    turn: PyReadonlyArray1<'py, u32>,
-    reward: PyReadonlyArray1<'py, f64>,
+    sample: &Bound<'py, PyAny>,
+    turn: &Bound<'py, PyAny>,
+    reward: &Bound<'py, PyAny>,
     estimator: &str,
     gamma: Option<f64>,
     normalize_std: bool,
-    correct: Option<PyReadonlyArray1<'py, bool>>,
-    coverage: Option<PyReadonlyArray1<'py, f64>>,
-    void: Option<PyReadonlyArray1<'py, bool>>,
-    errored: Option<PyReadonlyArray1<'py, bool>>,
-    truncated: Option<PyReadonlyArray1<'py, bool>>,
+    correct: Option<&Bound<'py, PyAny>>,
+    coverage: Option<&Bound<'py, PyAny>>,
+    void: Option<&Bound<'py, PyAny>>,
+    errored: Option<&Bound<'py, PyAny>>,
+    truncated: Option<&Bound<'py, PyAny>>,
     prs: Option<&str>,
     mrs: bool,
     train_logprobs: Option<Vec<PyReadonlyArray1<'py, f32>>>,
@@ -438,41 +550,37 @@ pub fn advantages<'py>(
         return Err(value_error("mrs needs train_logprobs and rollout_logprobs"));
     }
     let keys = keys_of(prompt)?;
-    let cols = Columns {
-        correct,
-        coverage,
-        void,
-        errored,
-        truncated,
+    let (sample, turn) = (
+        column::<u32>(sample, "sample")?,
+        column::<u32>(turn, "turn")?,
+    );
+    let reward = column::<f64>(reward, "reward")?;
+    let cols = Optional {
+        correct: optional_column(correct, "correct")?,
+        coverage: optional_column(coverage, "coverage")?,
+        void: optional_column(void, "void")?,
+        errored: optional_column(errored, "errored")?,
+        truncated: optional_column(truncated, "truncated")?,
     };
-    let rows = turn_inputs(
-        &keys,
-        sample.as_slice()?,
-        turn.as_slice()?,
-        reward.as_slice()?,
+    let rows = ColumnTurns::new(
+        keys.as_slice()?,
+        (sample.as_slice()?, turn.as_slice()?, reward.as_slice()?),
         &cols,
         log_ratio,
     )?;
-    let (outputs, summary) = py
-        .detach(|| crucible_rl::compute(&rows, &cfg))
+    let (out, summary) = py
+        .detach(|| crucible_rl::compute_columns(&rows, &cfg))
         .map_err(value_error)?;
-    let n = outputs.len();
-    let (mut ret, mut adv, mut weight, mut reason) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for o in &outputs {
-        ret.push(o.ret.unwrap_or(f64::NAN));
-        adv.push(o.advantage.unwrap_or(f64::NAN));
-        weight.push(o.weight);
-        reason.push(o.reason.map_or(-1i8, |r| r as i8));
-    }
+    let reason: Vec<i8> = out
+        .reason
+        .iter()
+        .map(|r| r.map_or(-1, |r| r as i8))
+        .collect();
     let d = PyDict::new(py);
-    d.set_item("ret", ret.into_pyarray(py))?;
-    d.set_item("advantage", adv.into_pyarray(py))?;
-    d.set_item("weight", weight.into_pyarray(py))?;
+    // The vectors move into NumPy without a copy.
+    d.set_item("ret", out.ret.into_pyarray(py))?;
+    d.set_item("advantage", out.advantage.into_pyarray(py))?;
+    d.set_item("weight", out.weight.into_pyarray(py))?;
     d.set_item("reason", reason.into_pyarray(py))?;
     let s = PyDict::new(py);
     s.set_item("rows", summary.rows)?;

@@ -153,3 +153,93 @@ def test_advantages_equal_the_cli(cli, tmp_path, judged, estimator):
         reason = got["reason"][i]
         assert (crucible.REASONS[reason] if reason >= 0 else None) == w["mask_reason"]
     assert got["summary"]["episode_error"] == 1
+
+
+def test_arrow_columns_equal_the_numpy_path():
+    pa = pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(3)
+    n = 4000
+    kind = rng.integers(0, 6, n).astype(np.uint8)  # 5: infra_error
+    speedup = np.where(kind == 4, rng.uniform(0.5, 3.0, n), np.nan)
+    coverage = rng.uniform(0, 1, n)
+    flagged = rng.random(n) < 0.1
+    recipe = crucible.Recipe("tiered", flag_penalty=0.1)
+    want = recipe.score_columns(kind, speedup, coverage, None, flagged)
+    got = recipe.score_columns(
+        pa.array(kind), pa.array(speedup), pa.array(coverage), None, pa.array(flagged)
+    )
+    assert np.array_equal(want, got, equal_nan=True)
+    table = pa.table({"kind": kind, "speedup": speedup, "coverage": coverage, "flagged": flagged})
+    assert np.array_equal(crucible.score_columns(table, recipe), want, equal_nan=True)
+
+    prompts = np.repeat(np.arange(n // 8, dtype=np.uint64), 8)
+    sample = np.tile(np.arange(8, dtype=np.uint32), n // 8)
+    turn = np.zeros(n, np.uint32)
+    correct = kind == 4
+    for estimator in ("trloo", "grpo", "rloo", "kevin"):
+        a = crucible.advantages(
+            prompts,
+            sample,
+            turn,
+            want,
+            estimator=estimator,
+            correct=correct,
+            coverage=coverage,
+            prs="turn",
+        )
+        # Two chunks per column: pyarrow copies them into one array.
+        chunked = {
+            k: pa.chunked_array([v[: n // 2], v[n // 2 :]])
+            for k, v in {
+                "prompt": prompts,
+                "sample": sample,
+                "turn": turn,
+                "reward": want,
+                "correct": correct,
+                "coverage": coverage,
+            }.items()
+        }
+        b = crucible.advantages(
+            chunked["prompt"],
+            pa.array(sample),
+            pa.array(turn),
+            chunked["reward"],
+            estimator=estimator,
+            correct=chunked["correct"],
+            coverage=pa.array(coverage),
+            prs="turn",
+        )
+        c = crucible.advantages(
+            pa.table(
+                {
+                    "prompt": prompts,
+                    "sample": sample,
+                    "turn": turn,
+                    "reward": want,
+                    "correct": correct,
+                    "coverage": coverage,
+                }
+            ),
+            estimator=estimator,
+            prs="turn",
+        )
+        for other in (b, c):
+            for key in ("ret", "advantage", "weight", "reason"):
+                assert np.array_equal(a[key], other[key], equal_nan=True), (estimator, key)
+            assert a["summary"] == other["summary"]
+    assert a["summary"]["episode_error"] > 0, "NaN rewards (infra errors) mask their turns"
+
+
+def test_arrow_strings_nulls_and_dtypes():
+    pa = pytest.importorskip("pyarrow")
+    ids = ["p", "p", "q", "q"]
+    sample = np.array([0, 1, 0, 1], np.uint32)
+    turn = np.zeros(4, np.uint32)
+    reward = np.array([1.0, 0.0, 0.5, np.nan])
+    want = crucible.advantages(ids, sample, turn, reward)
+    got = crucible.advantages(pa.array(ids), sample, turn, pa.array([1.0, 0.0, 0.5, None]))
+    for key in ("ret", "advantage", "weight", "reason"):
+        assert np.array_equal(want[key], got[key], equal_nan=True), key
+    assert got["summary"]["episode_error"] == 1, "a null reward is an errored turn"
+    with pytest.raises(ValueError, match="sample must be a 1-D array of uint32"):
+        crucible.advantages(ids, pa.array([0, 1, 0, 1], pa.int64()), turn, reward)

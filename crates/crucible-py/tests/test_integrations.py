@@ -1,7 +1,6 @@
 """Each integration against the real in-process judge on the builtin suite (CPU)."""
 
 import json
-import os
 
 import crucible
 import numpy as np
@@ -150,20 +149,3 @@ def test_openenv_server_reset_step_state(judge):
         ).json()
         assert step["observation"]["verdict"] == "correct" and step["done"]
         assert isinstance(step["reward"], float)
-
-
-def test_service_client_against_a_real_server():
-    url = os.environ.get("CRUCIBLE_SERVICE_URL")
-    if not url:
-        pytest.skip(
-            "no running `crucible serve`: set CRUCIBLE_SERVICE_URL (and CRUCIBLE_TOKEN) "
-            "to test Client/AsyncClient against one; branch `api` was not merged here"
-        )
-    from crucible.client import Client
-
-    c = Client(url, os.environ.get("CRUCIBLE_TOKEN"))
-    task_id = c.submit(
-        "01_relu", crucible.builtin_tasks()["01_relu"], solution("01_relu"), options={"trials": 1}
-    )
-    record = c.wait(task_id, timeout_s=300)
-    assert record["result"]["verdict"] == "correct"

@@ -252,100 +252,178 @@ impl std::fmt::Display for Summary {
     }
 }
 
+/// Where [`compute_columns`] reads turns from: a slice of [`TurnInput`]s, or columns that build
+/// each turn when it is read, so that a columnar caller never copies a batch into rows.
+pub trait TurnSource: Sync {
+    /// Rows in the batch.
+    fn rows(&self) -> usize;
+    /// Row `i` (`i < rows()`).
+    fn turn(&self, i: usize) -> TurnInput;
+    /// Row `i`'s `(prompt, sample, turn)`: what grouping reads, every row, several times.
+    #[inline]
+    fn key(&self, i: usize) -> (u64, u32, u32) {
+        let t = self.turn(i);
+        (t.prompt, t.sample, t.turn)
+    }
+    /// Row `i`'s reward.
+    #[inline]
+    fn reward(&self, i: usize) -> f64 {
+        self.turn(i).reward
+    }
+}
+
+impl TurnSource for [TurnInput] {
+    #[inline]
+    fn rows(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn turn(&self, i: usize) -> TurnInput {
+        self[i]
+    }
+}
+
+/// [`compute`]'s results as columns, in input order: what a columnar caller (NumPy, Arrow)
+/// takes without a pass over [`TurnOutput`]s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Columns {
+    /// `G_t`; NaN for masked turns.
+    pub ret: Vec<f64>,
+    /// NaN for turns outside every baseline.
+    pub advantage: Vec<f64>,
+    /// Loss weight: 1 for kept turns, 0 for masked or rejected ones.
+    pub weight: Vec<f64>,
+    pub reason: Vec<Option<Reason>>,
+}
+
 /// Computes returns, masks, rejections and advantages; outputs are in input order.
 pub fn compute(rows: &[TurnInput], cfg: &Config) -> Result<(Vec<TurnOutput>, Summary)> {
+    let (c, summary) = compute_columns(rows, cfg)?;
+    let out = (0..c.ret.len())
+        .map(|i| TurnOutput {
+            ret: Some(c.ret[i]).filter(|g| !g.is_nan()),
+            advantage: Some(c.advantage[i]).filter(|v| !v.is_nan()),
+            weight: c.weight[i],
+            reason: c.reason[i],
+        })
+        .collect();
+    Ok((out, summary))
+}
+
+/// [`compute`], reading any [`TurnSource`] and answering columns (NaN for none).
+pub fn compute_columns<S: TurnSource + ?Sized>(
+    rows: &S,
+    cfg: &Config,
+) -> Result<(Columns, Summary)> {
     cfg.validate()?;
     // Row positions are kept as u32 to halve the sort keys.
-    if u32::try_from(rows.len()).is_err() {
+    if u32::try_from(rows.rows()).is_err() {
         return Err(Error::InvalidParam {
             name: "batch size",
-            value: rows.len().to_string(),
+            value: rows.rows().to_string(),
             why: "a batch holds at most 2^32 − 1 rows; split it by prompt",
         });
     }
     // Grouped input is processed in place; anything else is sorted into a copy, so that every
     // pass below reads memory in order. `order[pos]` is then the input row at `pos`.
-    let (order, sorted) = if is_grouped(rows) {
-        (None, std::borrow::Cow::Borrowed(rows))
-    } else {
-        let order = sort_order(rows);
-        let copy = order.iter().map(|&i| rows[i as usize]).collect();
-        (Some(order), std::borrow::Cow::Owned(copy))
+    if is_grouped(rows) {
+        return process_all(rows, None, cfg);
+    }
+    let order = sort_order(rows);
+    let sorted: Vec<TurnInput> = order.iter().map(|&i| rows.turn(i as usize)).collect();
+    let (c, summary) = process_all(sorted.as_slice(), Some(&order), cfg)?;
+    Ok((c.unsorted(&order), summary))
+}
+
+/// Every prompt's block of `rows` (in processing order: each prompt's rows contiguous), then the
+/// summary; `order[pos]`, when the input was sorted, is the input row at `pos`.
+fn process_all<S: TurnSource + ?Sized>(
+    rows: &S,
+    order: Option<&[u32]>,
+    cfg: &Config,
+) -> Result<(Columns, Summary)> {
+    let n = rows.rows();
+    let mut c = Columns {
+        ret: vec![f64::NAN; n],
+        advantage: vec![f64::NAN; n],
+        weight: Vec::new(),
+        reason: vec![None; n],
     };
-    let rows: &[TurnInput] = &sorted;
-    let n = rows.len();
-    // Scratch indexed by position in processing order, where each prompt's rows are contiguous.
-    let mut ret = vec![f64::NAN; n];
-    let mut reason: Vec<Option<Reason>> = vec![None; n];
-    let mut adv = vec![f64::NAN; n];
     let mut s = Scratch::default();
 
     let mut a = 0;
     while a < n {
-        let prompt = rows[a].prompt;
+        let prompt = rows.key(a).0;
         let mut b = a + 1;
-        while b < n && rows[b].prompt == prompt {
+        while b < n && rows.key(b).0 == prompt {
             b += 1;
         }
         let block = Block {
-            rows: &rows[a..b],
-            order: order.as_deref().map(|o| &o[a..b]),
-            base: a,
+            rows,
+            start: a,
+            len: b - a,
+            order: order.map(|o| &o[a..b]),
         };
         block.process(
             cfg,
             &mut s,
-            &mut ret[a..b],
-            &mut reason[a..b],
-            &mut adv[a..b],
+            &mut c.ret[a..b],
+            &mut c.reason[a..b],
+            &mut c.advantage[a..b],
         )?;
         a = b;
     }
 
-    let mut out = vec![
-        TurnOutput {
-            ret: None,
-            advantage: None,
-            weight: 0.0,
-            reason: None,
-        };
-        n
-    ];
     let mut summary = Summary {
         rows: n,
         ..Summary::default()
     };
-    for pos in 0..n {
-        let row = order.as_ref().map_or(pos, |o| o[pos] as usize);
-        let r = reason[pos];
+    for r in &c.reason {
         match r {
             None => summary.kept += 1,
             Some(x) if x.is_mask() => summary.masked += 1,
             Some(_) => summary.rejected += 1,
         }
         if let Some(x) = r {
-            summary.by_reason[x as usize] += 1;
+            summary.by_reason[*x as usize] += 1;
         }
-        out[row] = TurnOutput {
-            ret: Some(ret[pos]).filter(|g| !g.is_nan()),
-            advantage: Some(adv[pos]).filter(|v| !v.is_nan()),
-            weight: if r.is_none() { 1.0 } else { 0.0 },
-            reason: r,
-        };
     }
-    Ok((out, summary))
+    c.weight = c
+        .reason
+        .iter()
+        .map(|r| if r.is_none() { 1.0 } else { 0.0 })
+        .collect();
+    Ok((c, summary))
+}
+
+impl Columns {
+    /// The columns in input order, from processing order (`order[pos]` is the input row).
+    fn unsorted(self, order: &[u32]) -> Columns {
+        fn scatter<T: Copy + Default>(v: Vec<T>, order: &[u32]) -> Vec<T> {
+            let mut out = vec![T::default(); v.len()];
+            for (pos, &row) in order.iter().enumerate() {
+                out[row as usize] = v[pos];
+            }
+            out
+        }
+        Columns {
+            ret: scatter(self.ret, order),
+            advantage: scatter(self.advantage, order),
+            weight: scatter(self.weight, order),
+            reason: scatter(self.reason, order),
+        }
+    }
 }
 
 /// Row indices sorted by `(prompt, sample, turn)`. Sorts compact keys rather than indices into
 /// `rows`, which would chase a cache miss per comparison.
-fn sort_order(rows: &[TurnInput]) -> Vec<u32> {
-    let mut keys: Vec<(u64, u64, u32)> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
+fn sort_order<S: TurnSource + ?Sized>(rows: &S) -> Vec<u32> {
+    let mut keys: Vec<(u64, u64, u32)> = (0..rows.rows())
+        .map(|i| {
+            let (prompt, sample, turn) = rows.key(i);
             (
-                r.prompt,
-                (u64::from(r.sample) << 32) | u64::from(r.turn),
+                prompt,
+                (u64::from(sample) << 32) | u64::from(turn),
                 i as u32,
             )
         })
@@ -355,24 +433,47 @@ fn sort_order(rows: &[TurnInput]) -> Vec<u32> {
 }
 
 /// Prompts contiguous and never revisited, samples ascending within a prompt, turns 0, 1, ...
-fn is_grouped(rows: &[TurnInput]) -> bool {
-    let mut seen = std::collections::HashSet::new();
-    let mut prev: Option<&TurnInput> = None;
-    for r in rows {
+fn is_grouped<S: TurnSource + ?Sized>(rows: &S) -> bool {
+    let mut seen: std::collections::HashSet<u64, KeyHashState> =
+        std::collections::HashSet::default();
+    let mut prev: Option<(u64, u32, u32)> = None;
+    for i in 0..rows.rows() {
+        let (prompt, sample, turn) = rows.key(i);
         let ok = match prev {
-            Some(p) if p.prompt == r.prompt => {
-                (p.sample == r.sample && r.turn == p.turn + 1)
-                    || (p.sample < r.sample && r.turn == 0)
+            Some((p_prompt, p_sample, p_turn)) if p_prompt == prompt => {
+                (p_sample == sample && turn == p_turn + 1) || (p_sample < sample && turn == 0)
             }
-            _ => r.turn == 0 && seen.insert(r.prompt),
+            _ => turn == 0 && seen.insert(prompt),
         };
         if !ok {
             return false;
         }
-        prev = Some(r);
+        prev = Some((prompt, sample, turn));
     }
     true
 }
+
+/// Hashes prompt keys with one multiply and rotate (Fx-style): the set of prompts seen is
+/// consulted once per prompt, and SipHash was a visible share of a million-row batch. Keys may be
+/// small integers (NumPy callers pass their own), so the high bits get mixed too.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = (self.0.rotate_left(5) ^ k).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type KeyHashState = std::hash::BuildHasherDefault<KeyHasher>;
 
 /// Buffers reused across prompts.
 #[derive(Default)]
@@ -385,23 +486,27 @@ struct Scratch {
     values: Vec<f64>,
 }
 
-/// One prompt's rows, contiguous.
-struct Block<'a> {
-    rows: &'a [TurnInput],
+/// One prompt's rows, contiguous: `len` rows of the batch from `start`.
+struct Block<'a, S: ?Sized> {
+    rows: &'a S,
+    start: usize,
+    len: usize,
     /// Input row of each position, when the input had to be sorted.
     order: Option<&'a [u32]>,
-    /// Position of the block's first row, for input rows when nothing was sorted.
-    base: usize,
 }
 
-impl Block<'_> {
-    fn row(&self, pos: usize) -> &TurnInput {
-        &self.rows[pos]
+impl<S: TurnSource + ?Sized> Block<'_, S> {
+    fn row(&self, pos: usize) -> TurnInput {
+        self.rows.turn(self.start + pos)
+    }
+
+    fn key(&self, pos: usize) -> (u64, u32, u32) {
+        self.rows.key(self.start + pos)
     }
 
     /// The input row index of position `pos`, for error messages.
     fn input_row(&self, pos: usize) -> usize {
-        self.order.map_or(self.base + pos, |o| o[pos] as usize)
+        self.order.map_or(self.start + pos, |o| o[pos] as usize)
     }
 
     fn process(
@@ -444,31 +549,31 @@ impl Block<'_> {
     /// Splits the block into samples and checks that turns run 0, 1, 2, ...
     fn split_samples(&self, trajs: &mut Vec<(usize, usize)>) -> Result<()> {
         trajs.clear();
-        let n = self.rows.len();
+        let n = self.len;
         let mut a = 0;
         while a < n {
-            let sample = self.row(a).sample;
+            let sample = self.key(a).1;
             let mut b = a;
-            while b < n && self.row(b).sample == sample {
-                let r = self.row(b);
+            while b < n && self.key(b).1 == sample {
+                let (prompt, _, turn) = self.key(b);
                 let want = (b - a) as u32;
-                if r.turn != want {
+                if turn != want {
                     let row = self.input_row(b);
-                    let prompt = format!("{:016x}", r.prompt);
+                    let prompt = format!("{prompt:016x}");
                     // Sorted turns: a repeat shows up as a turn below the expected index.
-                    return Err(if r.turn < want {
+                    return Err(if turn < want {
                         Error::DuplicateTurn {
                             row,
                             prompt,
                             sample,
-                            turn: r.turn,
+                            turn,
                         }
                     } else {
                         Error::TurnGap {
                             row,
                             prompt,
                             sample,
-                            turn: r.turn,
+                            turn,
                             missing: want,
                         }
                     });
@@ -515,7 +620,7 @@ impl Block<'_> {
             if reason[p].is_some() {
                 g *= gamma;
             } else {
-                g = self.row(p).reward + gamma * g;
+                g = self.rows.reward(self.start + p) + gamma * g;
                 ret[p] = g;
             }
         }
@@ -603,7 +708,7 @@ impl Block<'_> {
                         if why.is_some() {
                             continue;
                         }
-                        let keep = keep_p(r);
+                        let keep = keep_p(&r);
                         if keep < 1.0
                             && sampling::uniform(seed, Stream::PrsTurn, r.prompt, r.sample, r.turn)
                                 >= keep
@@ -617,7 +722,7 @@ impl Block<'_> {
                     let (mut log_sum, mut k) = (0.0, 0usize);
                     for (p, why) in reason.iter().enumerate().take(b).skip(a) {
                         if why.is_none() {
-                            log_sum += keep_p(self.row(p)).ln();
+                            log_sum += keep_p(&self.row(p)).ln();
                             k += 1;
                         }
                     }
@@ -1057,6 +1162,58 @@ mod tests {
         for (k, &i) in perm.iter().enumerate() {
             assert_eq!(out2[k], out[i]);
         }
+    }
+
+    /// A columnar source (rows built on read) answers as the same rows in a slice, on grouped
+    /// and on shuffled input, and names the same bad layout.
+    #[test]
+    fn a_columnar_source_answers_like_rows() {
+        struct Cols(Vec<u64>, Vec<u32>, Vec<u32>, Vec<f64>);
+        impl TurnSource for Cols {
+            fn rows(&self) -> usize {
+                self.0.len()
+            }
+            fn turn(&self, i: usize) -> TurnInput {
+                turn(self.0[i], self.1[i], self.2[i], self.3[i])
+            }
+            fn key(&self, i: usize) -> (u64, u32, u32) {
+                (self.0[i], self.1[i], self.2[i])
+            }
+        }
+        let cols = |rows: &[TurnInput]| {
+            Cols(
+                rows.iter().map(|r| r.prompt).collect(),
+                rows.iter().map(|r| r.sample).collect(),
+                rows.iter().map(|r| r.turn).collect(),
+                rows.iter().map(|r| r.reward).collect(),
+            )
+        };
+        let grouped = vec![
+            turn(9, 0, 0, 1.0),
+            turn(9, 0, 1, 2.0),
+            turn(9, 1, 0, 0.0),
+            turn(8, 0, 0, 3.0),
+            turn(8, 1, 0, 0.5),
+        ];
+        let shuffled = vec![grouped[3], grouped[1], grouped[4], grouped[0], grouped[2]];
+        for est in [Estimator::Trloo, Estimator::Rloo, Estimator::Kevin] {
+            let cfg = Config::new(est);
+            for rows in [&grouped, &shuffled] {
+                let want = compute_columns(rows.as_slice(), &cfg).unwrap();
+                let got = compute_columns(&cols(rows), &cfg).unwrap();
+                assert_eq!(got.1, want.1);
+                assert_eq!(got.0.reason, want.0.reason);
+                assert_eq!(got.0.weight, want.0.weight);
+                for (a, b) in got.0.advantage.iter().zip(&want.0.advantage) {
+                    assert!(a == b || (a.is_nan() && b.is_nan()), "{a} vs {b}");
+                }
+            }
+        }
+        let dup = cols(&[turn(1, 0, 0, 1.0), turn(1, 0, 0, 1.0)]);
+        assert!(matches!(
+            compute_columns(&dup, &Config::new(Estimator::Trloo)),
+            Err(Error::DuplicateTurn { .. })
+        ));
     }
 
     #[test]

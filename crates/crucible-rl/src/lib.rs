@@ -14,7 +14,10 @@ pub mod record;
 pub mod reward;
 pub mod sampling;
 
-pub use advantage::{Config, Estimator, Reason, Summary, TurnInput, TurnOutput, compute};
+pub use advantage::{
+    Columns, Config, Estimator, Reason, Summary, TurnInput, TurnOutput, TurnSource, compute,
+    compute_columns,
+};
 pub use error::{Error, Result};
 pub use record::TrajectoryRecord;
 pub use reward::{Outcome, Recipe};

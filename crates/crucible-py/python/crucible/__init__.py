@@ -23,17 +23,22 @@ from ._native import (
     OUTCOME_KINDS,
     REASONS,
     RECIPES,
+    SYSTEM_PROMPT,
     EvalResult,
     Judge,
     Recipe,
     __version__,
-    advantages,
     default_venv_python,
+    feedback,
+    first_turn,
+    no_code_feedback,
     prompt_keys,
     rules_markdown,
     verify,
 )
+from ._native import advantages as _advantages
 from ._native import builtin_tasks as _builtin_tasks
+from .client import AsyncClient, Client, ServiceError
 from .extract import extract_code
 
 __all__ = [
@@ -41,19 +46,27 @@ __all__ = [
     "OUTCOME_KINDS",
     "REASONS",
     "RECIPES",
+    "SYSTEM_PROMPT",
+    "AsyncClient",
+    "Client",
     "EvalResult",
     "Judge",
     "Recipe",
+    "ServiceError",
     "__version__",
     "advantages",
     "builtin_tasks",
     "evaluate",
     "extract_code",
+    "feedback",
+    "first_turn",
     "judge_python",
     "make_judge",
+    "no_code_feedback",
     "prompt_keys",
     "rewards",
     "rules_markdown",
+    "score_columns",
     "verify",
 ]
 
@@ -100,3 +113,51 @@ def rewards(results, recipe: str | Recipe = "tiered", **params):
     if isinstance(recipe, str):
         recipe = Recipe(recipe, **params)
     return recipe.rewards(list(results))
+
+
+_TABLE_COLUMNS = ("correct", "coverage", "void", "errored", "truncated")
+
+
+def _columns(table) -> dict:
+    """A pyarrow Table / RecordBatch, or a mapping of columns, as ``{name: column}``."""
+    if hasattr(table, "column_names"):
+        return {name: table.column(name) for name in table.column_names}
+    return dict(table)
+
+
+def advantages(prompt, sample=None, turn=None, reward=None, **options) -> dict:
+    """Returns, masks, rejection sampling and advantages over a batch of turns, as
+    ``crucible advantages`` computes them (see the stub of ``crucible._native.advantages``).
+
+    Columns are NumPy arrays or pyarrow arrays (numbers without nulls are read in place). Or
+    pass one pyarrow Table / RecordBatch (or a dict of columns) as ``prompt``: its columns
+    ``prompt_id`` (or ``prompt``), ``sample``, ``turn``, ``reward`` and any of ``correct``,
+    ``coverage``, ``void``, ``errored``, ``truncated`` are used.
+    """
+    if sample is None and turn is None and reward is None:
+        cols = _columns(prompt)
+        key = "prompt_id" if "prompt_id" in cols else "prompt"
+        for name in (key, "sample", "turn", "reward"):
+            if name not in cols:
+                raise ValueError(f"the table has no column {name!r}")
+        for name in _TABLE_COLUMNS:
+            if name in cols and name not in options:
+                options[name] = cols[name]
+        prompt, sample, turn, reward = cols[key], cols["sample"], cols["turn"], cols["reward"]
+    return _advantages(prompt, sample, turn, reward, **options)
+
+
+def score_columns(table, recipe: str | Recipe = "tiered", **params):
+    """Rewards over outcome columns (:meth:`Recipe.score_columns`) from a pyarrow Table /
+    RecordBatch or a dict of columns: ``kind``, ``speedup``, ``coverage`` and optionally
+    ``shape_specialized``, ``flagged``."""
+    if isinstance(recipe, str):
+        recipe = Recipe(recipe, **params)
+    cols = _columns(table)
+    return recipe.score_columns(
+        cols["kind"],
+        cols["speedup"],
+        cols["coverage"],
+        cols.get("shape_specialized"),
+        cols.get("flagged"),
+    )

@@ -75,6 +75,8 @@ class Judge:
     ) -> list[EvalResult]: ...
 
 ResultLike: TypeAlias = EvalResult | str | dict[str, Any]
+# A 1-D column: a NumPy array of the stated dtype, or a pyarrow Array / ChunkedArray of it.
+Column: TypeAlias = npt.NDArray[Any] | Any
 
 class Recipe:
     """A reward recipe as `crucible reward` builds it, plus `flag_penalty` (default 0)."""
@@ -104,12 +106,14 @@ class Recipe:
     def rewards(self, results: Sequence[ResultLike]) -> npt.NDArray[np.float64]: ...
     def score_columns(
         self,
-        kind: npt.NDArray[np.uint8],
-        speedup: npt.NDArray[np.float64],
-        coverage: npt.NDArray[np.float64],
-        shape_specialized: npt.NDArray[np.bool_] | None = None,
-        flagged: npt.NDArray[np.bool_] | None = None,
-    ) -> npt.NDArray[np.float64]: ...
+        kind: Column,
+        speedup: Column,
+        coverage: Column,
+        shape_specialized: Column | None = None,
+        flagged: Column | None = None,
+    ) -> npt.NDArray[np.float64]:
+        """Rewards over columns (uint8 `kind` codes indexing OUTCOME_KINDS, float64 `speedup`
+        and `coverage`, bool flags), NumPy or pyarrow; NaN marks an infra_error."""
     def outcomes(self, results: Sequence[ResultLike]) -> dict[str, np.ndarray]: ...
 
 def verify(
@@ -120,19 +124,19 @@ def builtin_tasks() -> list[tuple[str, str]]: ...
 def default_venv_python() -> str: ...
 def prompt_keys(ids: Sequence[str]) -> npt.NDArray[np.uint64]: ...
 def advantages(
-    prompt: npt.NDArray[np.uint64] | Sequence[str],
-    sample: npt.NDArray[np.uint32],
-    turn: npt.NDArray[np.uint32],
-    reward: npt.NDArray[np.float64],
+    prompt: Column | Sequence[str],
+    sample: Column,
+    turn: Column,
+    reward: Column,
     *,
     estimator: str = "trloo",
     gamma: float | None = None,
     normalize_std: bool = True,
-    correct: npt.NDArray[np.bool_] | None = None,
-    coverage: npt.NDArray[np.float64] | None = None,
-    void: npt.NDArray[np.bool_] | None = None,
-    errored: npt.NDArray[np.bool_] | None = None,
-    truncated: npt.NDArray[np.bool_] | None = None,
+    correct: Column | None = None,
+    coverage: Column | None = None,
+    void: Column | None = None,
+    errored: Column | None = None,
+    truncated: Column | None = None,
     prs: str | None = None,
     mrs: bool = False,
     train_logprobs: Sequence[npt.NDArray[np.float32]] | None = None,
@@ -142,4 +146,17 @@ def advantages(
     seed: int = 0,
 ) -> dict[str, Any]:
     """`{"ret", "advantage", "weight", "reason", "summary"}`: NaN for none; `reason` indexes
-    REASONS (-1: kept). A NaN reward marks its turn errored unless `errored` is given."""
+    REASONS (-1: kept). A NaN reward marks its turn errored unless `errored` is given. Columns
+    are NumPy arrays or pyarrow arrays of the stated dtypes (uint64 prompt keys or prompt-id
+    strings, uint32 sample and turn, float64 reward and coverage, bool flags); no casts."""
+
+SYSTEM_PROMPT: str
+
+def first_turn(task_name: str, task_source: str) -> str:
+    """The first user message of a multi-turn rollout (as `crucible agent` writes it)."""
+
+def feedback(result: ResultLike, max_tokens: int = 512) -> str:
+    """The judge's note on an answer, as `crucible agent` feeds it back (at most `max_tokens`)."""
+
+def no_code_feedback(reason: str) -> str:
+    """The note on an answer without code in it."""

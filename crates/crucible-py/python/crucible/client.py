@@ -16,7 +16,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 RETRY_STATUS = {429, 502, 503, 504}
@@ -100,10 +100,17 @@ class Client:
                 raise TimeoutError(f"task {task_id} not finished after {timeout_s} s")
 
     def batch(self, batch_id: str) -> dict:
+        """GET /v1/batches/{id}: ``{"id", "total", "counts", "finished", "tasks": [...]}``."""
         return self._request("GET", f"/v1/batches/{batch_id}")
 
     def cancel(self, task_id: str) -> dict:
+        """POST /v1/tasks/{id}/cancel: ``{"id", "cancelled", "state"}`` (``cancelled`` is false
+        when the task was already terminal)."""
         return self._request("POST", f"/v1/tasks/{task_id}/cancel")
+
+    def openapi(self) -> dict:
+        """The service's OpenAPI document (GET /v1/openapi.json)."""
+        return self._request("GET", "/v1/openapi.json")
 
     def stream(self, batch_id: str) -> Iterator[dict]:
         """GET /v1/batches/{id}/events (server-sent events): yields ``{"event", "data"}`` per
@@ -133,14 +140,25 @@ class Client:
 
 
 class AsyncClient:
-    """:class:`Client`'s methods as coroutines (each runs in a worker thread)."""
+    """:class:`Client`'s methods as coroutines (each runs in a worker thread); ``stream`` is an
+    async iterator."""
 
     def __init__(self, url: str, token: str | None = None, **kwargs):
         self._sync = Client(url, token, **kwargs)
 
+    async def stream(self, batch_id: str) -> AsyncIterator[dict]:
+        """:meth:`Client.stream` as an async iterator (the blocking read runs in a thread)."""
+        events = self._sync.stream(batch_id)
+        done = object()
+        while True:
+            event = await asyncio.to_thread(next, events, done)
+            if event is done:
+                return
+            yield event
+
     def __getattr__(self, name: str):
         method = getattr(self._sync, name)
-        if name == "stream" or not callable(method):
+        if not callable(method):
             return method
 
         async def call(*args, **kwargs):

@@ -19,6 +19,7 @@ An ``infra_error`` has no reward, and verl's stock managers need one for every r
 ``crucible`` when verl is importable) drops such rows instead: reward 0 and ``response_mask``
 zeroed, so they carry no loss, counted in ``reward_extra_info["crucible_infra_error_dropped"]``.
 Rollout log-probs stay in the batch untouched, so MRS (``crucible.advantages(mrs=True)``) can run.
+Multi-turn rollouts with the judge's feedback: :mod:`crucible.integrations.verl_agent`.
 """
 
 from __future__ import annotations

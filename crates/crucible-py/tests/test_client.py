@@ -1,0 +1,232 @@
+"""Client / AsyncClient against a live `crucible serve` (the real binary, a loopback port, a
+temporary SQLite store, one CPU worker) on builtin tasks; and the client's requests against the
+served OpenAPI document."""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import crucible
+import pytest
+from conftest import solution
+from crucible.client import AsyncClient, Client, ServiceError, task_spec
+
+TOKEN = "test-token-123"
+# A candidate that takes long enough for a cancel to find it queued or running.
+SLOW = """
+import time
+import torch.nn as nn
+import triton
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        time.sleep(30)
+        return x
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`crucible serve` as a child process; stopped (SIGTERM, then kill) on exit."""
+
+    def __init__(self, cli: str, tmp, port: int):
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(tmp / "serve.log", "w")  # noqa: SIM115 (closed in stop)
+        cmd = [
+            cli,
+            "serve",
+            "--queue",
+            f"sqlite://{tmp / 'queue.db'}",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--token",
+            TOKEN,
+            "--workers",
+            "1",
+            "--devices",
+            "cpu",
+            "--drain-secs",
+            "2",
+        ]
+        env = {**os.environ, "CRUCIBLE_PYTHON": crucible.judge_python()}
+        env.pop("CRUCIBLE_TOKEN", None)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"crucible serve exited {self.proc.returncode}")
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=2):
+                    return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.2)
+        raise TimeoutError("crucible serve did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(cli, tmp_path_factory):
+    srv = Server(cli, tmp_path_factory.mktemp("serve"), free_port())
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return Client(server.url, TOKEN, retries=2)
+
+
+def relu_spec(candidate: str | None = None, **fields) -> dict:
+    task = crucible.builtin_tasks()["01_relu"]
+    fields.setdefault("options", {"trials": 1})
+    return task_spec("01_relu", task, candidate or solution("01_relu"), **fields)
+
+
+def test_requests_match_the_served_openapi_document(client):
+    doc = client.openapi()
+    schemas = doc["components"]["schemas"]
+    submission = schemas["TaskSubmission"]
+    assert set(relu_spec(priority=1, labels={"a": 1}, cache=False)) <= set(submission["properties"])
+    assert set(submission["required"]) <= set(relu_spec())
+    for path in (
+        "/v1/tasks",
+        "/v1/batches",
+        "/v1/tasks/{id}",
+        "/v1/tasks/{id}/cancel",
+        "/v1/batches/{id}",
+        "/v1/batches/{id}/events",
+    ):
+        assert path in doc["paths"], path
+    assert set(schemas["BatchSubmitted"]["required"]) == {"batch_id", "task_ids"}
+    assert {"id", "cancelled", "state"} <= set(schemas["CancelOutcome"]["required"])
+
+
+def test_submit_and_wait_gives_the_judges_result(client):
+    task_id = client.submit(**_args(relu_spec()))
+    record = client.wait(task_id, timeout_s=300)
+    assert record["state"] == "done" and record["id"] == task_id
+    result = crucible.EvalResult.from_json(json.dumps(record["result"]))
+    assert result.verdict == "correct" and result.task_name == "01_relu"
+    # The service's result scores like the in-process judge's.
+    assert crucible.Recipe("tiered").reward(record["result"]) is not None
+
+
+def test_long_poll_returns_when_the_task_is_terminal(client):
+    task_id = client.submit(**_args(relu_spec(candidate="def broken(:\n")))
+    t0 = time.monotonic()
+    record = client.task(task_id, wait_s=120)
+    assert record["state"] == "done", record["state"]
+    assert time.monotonic() - t0 < 120
+    assert record["result"]["verdict"] == "compile_error"
+
+
+def test_batch_submit_and_stream(client):
+    specs = [relu_spec(), relu_spec(candidate=solution("02_gelu_tanh", "wrong"))]
+    reply = client.submit_batch(specs)
+    assert len(reply["task_ids"]) == 2
+    events = list(client.stream(reply["batch_id"]))
+    tasks = [e["data"] for e in events if e["event"] == "task"]
+    assert sorted(t["id"] for t in tasks) == sorted(reply["task_ids"])
+    assert events[-1]["event"] == "end" and events[-1]["data"]["done"] == 2
+    batch = client.batch(reply["batch_id"])
+    assert batch["finished"] and batch["counts"]["done"] == 2
+    verdicts = {t["id"]: t["result"]["verdict"] for t in batch["tasks"]}
+    assert verdicts[reply["task_ids"][0]] == "correct"
+    assert verdicts[reply["task_ids"][1]] != "correct"
+
+
+def test_cancel(client):
+    # The slow candidate occupies the worker; the second waits in the queue and is cancelled.
+    busy = client.submit(**_args(relu_spec(candidate=SLOW, cache=False)))
+    queued = client.submit(**_args(relu_spec(candidate=SLOW + "\n# 2\n", cache=False)))
+    outcome = client.cancel(queued)
+    assert outcome == {"id": queued, "cancelled": True, "state": "cancelled"}
+    assert client.task(queued)["state"] == "cancelled"
+    assert client.cancel(busy)["cancelled"] is True
+    assert client.wait(busy, timeout_s=60)["state"] == "cancelled"
+    again = client.cancel(queued)
+    assert again["cancelled"] is False and again["state"] == "cancelled"
+
+
+def test_http_errors_raise_without_retrying(server):
+    with pytest.raises(ServiceError) as e:
+        Client(server.url, "wrong-token", retries=3).submit(**_args(relu_spec()))
+    assert e.value.status == 401
+    with pytest.raises(ServiceError) as e:
+        Client(server.url, TOKEN).task("no-such-task")
+    assert e.value.status == 404
+
+
+def test_retries_connection_refused_until_the_server_is_up(cli, tmp_path):
+    port = free_port()
+    started: list[Server] = []
+
+    def start_later():
+        time.sleep(1.5)
+        started.append(Server(cli, tmp_path, port))
+
+    threading.Thread(target=start_later, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        task_id = Client(f"http://127.0.0.1:{port}", TOKEN, retries=8).submit(**_args(relu_spec()))
+        assert time.monotonic() - t0 >= 1.5, "the first attempts must have been refused"
+        assert task_id
+    finally:
+        for s in started:
+            s.stop()
+    t0 = time.monotonic()
+    with pytest.raises(urllib.error.URLError):
+        Client(f"http://127.0.0.1:{free_port()}", TOKEN, retries=2).submit(**_args(relu_spec()))
+    assert time.monotonic() - t0 >= 0.6  # backed off 0.2 + 0.4 s between three attempts
+
+
+def test_async_client(server):
+    async def go():
+        c = AsyncClient(server.url, TOKEN, retries=2)
+        ids = await asyncio.gather(
+            c.submit(**_args(relu_spec())),
+            c.submit(**_args(relu_spec(candidate="def broken(:\n"))),
+        )
+        records = await asyncio.gather(*(c.wait(i, timeout_s=300) for i in ids))
+        batch = await c.submit_batch([relu_spec()])
+        events = [e async for e in c.stream(batch["batch_id"])]
+        return records, events
+
+    records, events = asyncio.run(go())
+    assert [r["result"]["verdict"] for r in records] == ["correct", "compile_error"]
+    assert [e["event"] for e in events] == ["task", "end"]
+
+
+def _args(spec: dict) -> dict:
+    """A TaskSpec as `Client.submit`'s arguments."""
+    spec = dict(spec)
+    return {
+        "task_name": spec.pop("task_name"),
+        "task_source": spec.pop("task_source"),
+        "candidate_source": spec.pop("candidate_source"),
+        **spec,
+    }
