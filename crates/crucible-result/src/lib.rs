@@ -629,3 +629,34 @@ mod tests {
         assert_eq!(json, "\"compile_error\"");
     }
 }
+
+#[cfg(test)]
+mod float_tests {
+    /// Results are never rounded, also not by a trip through JSON: serde_json's default float
+    /// parser may be off by one ulp (its `float_roundtrip` feature makes it exact). A stage
+    /// duration of 2.9006116090000003 s came back different in a Python test.
+    #[test]
+    fn floats_survive_json_exactly() {
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut differ = Vec::new();
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Durations and timings: positive values from microseconds to hours.
+            let value =
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 10f64.powi((state % 9) as i32 - 4);
+            let text = serde_json::to_string(&value).expect("serialize");
+            let back: f64 = serde_json::from_str(&text).expect("parse");
+            if back.to_bits() != value.to_bits() {
+                differ.push(text);
+            }
+        }
+        assert!(
+            differ.is_empty(),
+            "{} values changed, e.g. {:?}",
+            differ.len(),
+            &differ[..differ.len().min(3)]
+        );
+    }
+}
