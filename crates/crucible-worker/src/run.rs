@@ -412,20 +412,29 @@ fn renew(store: &Store, flights: &[Flight], lease: Duration) {
 }
 
 /// Stops the evaluations whose task no longer wants this lease's result: cancelled, timed out,
-/// gone, or delivered again elsewhere. A read, so it can run more often than renewals.
+/// gone, or delivered again elsewhere. One read for them all, so it can run more often than
+/// renewals.
 fn stop_unwanted(store: &Store, flights: &[Flight]) {
-    for flight in flights.iter().filter(|f| !f.control.is_cancelled()) {
+    let watched: Vec<&Flight> = flights
+        .iter()
+        .filter(|f| !f.control.is_cancelled())
+        .collect();
+    if watched.is_empty() {
+        return;
+    }
+    let ids: Vec<TaskId> = watched.iter().map(|f| f.lease.task_id.clone()).collect();
+    let records = match store.tasks(&ids) {
+        Ok(records) => records,
+        Err(err) => {
+            tracing::warn!(error = %err, "checking the tasks in flight failed");
+            return;
+        }
+    };
+    for flight in watched {
         let lease = &flight.lease;
-        let wanted = match store.task(&lease.task_id) {
-            Ok(Some(record)) => {
-                record.state == TaskState::Running && record.attempts == lease.attempt
-            }
-            Ok(None) => false,
-            Err(err) => {
-                tracing::warn!(error = %err, "checking a task in flight failed");
-                true
-            }
-        };
+        let wanted = records.iter().any(|r| {
+            r.id == lease.task_id && r.state == TaskState::Running && r.attempts == lease.attempt
+        });
         if !wanted {
             tracing::info!(task = %lease.task_id, "task cancelled or taken over: stopping its evaluation");
             flight.control.cancel();
