@@ -377,12 +377,20 @@ pub fn evaluate_taking(
 ) -> EvalResult {
     let started = Instant::now();
     let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
-    let outcome = verify_stage(&mut eval, candidate_src)
-        .and_then(|()| session::run(&mut eval, take(), task_path, candidate_src));
+    let aborted = || cfg.abort.as_ref().is_some_and(Abort::is_aborted);
+    let outcome = verify_stage(&mut eval, candidate_src).and_then(|()| {
+        if aborted() {
+            // An evaluation stopped before its processes start starts none.
+            Err(Stop::Infra(InfraError::Aborted))
+        } else {
+            session::run(&mut eval, take(), task_path, candidate_src)
+        }
+    });
     // Whatever the killed processes looked like to the stages, it was not the candidate's doing.
-    let outcome = match cfg.abort.as_ref().filter(|abort| abort.is_aborted()) {
-        Some(_) => Err(Stop::Infra(InfraError::Aborted)),
-        None => outcome,
+    let outcome = if aborted() {
+        Err(Stop::Infra(InfraError::Aborted))
+    } else {
+        outcome
     };
     let files = (
         file_ref(task_path, task_src),

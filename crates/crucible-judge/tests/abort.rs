@@ -113,3 +113,40 @@ fn an_aborted_evaluation_is_killed_at_once_and_charged_to_nobody() {
     );
     assert!(abort.is_aborted());
 }
+
+#[test]
+fn an_evaluation_aborted_before_its_processes_start_starts_none() {
+    let runtime = match Runtime::discover() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
+            return;
+        }
+    };
+    let abort = Abort::new();
+    abort.abort();
+    let mut cfg = EvalConfig::new(Device::Cpu);
+    cfg.abort = Some(abort);
+    let (task, candidate) = (fixture("task_relu.py"), fixture("honest_relu.py"));
+    let (task_src, candidate_src) = (
+        std::fs::read(&task).unwrap(),
+        std::fs::read(&candidate).unwrap(),
+    );
+    let mut asked_for_processes = false;
+    let result = crucible_judge::evaluate_taking(
+        &runtime,
+        ((&task, &task_src), (&candidate, &candidate_src)),
+        &cfg,
+        || {
+            asked_for_processes = true;
+            None
+        },
+    );
+    assert!(!asked_for_processes, "an aborted evaluation took processes");
+    assert_eq!(result.verdict, Verdict::InfraError);
+    assert!(
+        result.stages.iter().all(|s| s.name != "start"),
+        "{:?}",
+        result.stages
+    );
+}

@@ -140,14 +140,19 @@ fn a_cancelled_evaluation_is_killed_within_seconds_and_the_worker_moves_on() {
         ..Tuning::default()
     };
     // No warm pool: every harness process below this test belongs to the evaluation in flight.
-    let engine = Engine::with_tuning(runtime, Device::Cpu, EngineOptions::plain(), tuning)
-        .expect("an engine");
+    // Two at once, as a service worker runs them: an evaluation that fails while sharing the
+    // device is judged again alone, which a cancelled one must not be.
+    let options = EngineOptions {
+        concurrency: 2,
+        ..EngineOptions::plain()
+    };
+    let engine = Engine::with_tuning(runtime, Device::Cpu, options, tuning).expect("an engine");
     let worker = WorkerInfo {
         id: "cancel:cpu".into(),
         device: "cpu".into(),
         ..WorkerInfo::default()
     };
-    let config = LoopConfig::new(worker, 1);
+    let config = LoopConfig::new(worker, 2);
     let slow = store
         .submit(None, vec![spec("slow_relu", SLOW_RELU)])
         .expect("submit")
@@ -181,16 +186,34 @@ fn a_cancelled_evaluation_is_killed_within_seconds_and_the_worker_moves_on() {
 
         let cancelled_at = Instant::now();
         assert!(store.cancel(&slow).expect("cancel"), "the task was running");
-        wait_until(
-            "the evaluation's processes to go",
-            Duration::from_secs(10),
-            || harness_processes().is_disjoint(&processes).then_some(()),
-        );
-        let gone_after = cancelled_at.elapsed();
+        // Watch every harness process below the test until 2 s after the evaluation's are
+        // gone: nothing else is queued and there is no warm pool, so any new one would be the
+        // cancelled evaluation started again.
+        let mut gone_after = None;
+        let mut started_since = HashSet::new();
+        while gone_after
+            .is_none_or(|at: Duration| cancelled_at.elapsed() < at + Duration::from_secs(2))
+        {
+            let now = harness_processes();
+            started_since.extend(now.difference(&processes).copied());
+            if gone_after.is_none() && now.is_disjoint(&processes) {
+                gone_after = Some(cancelled_at.elapsed());
+            }
+            assert!(
+                cancelled_at.elapsed() < Duration::from_secs(10),
+                "the evaluation's processes outlived the cancel by 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let gone_after = gone_after.unwrap_or_default();
         eprintln!("cancel -> every harness process of the evaluation gone: {gone_after:.2?}");
         assert!(
             gone_after < Duration::from_secs(5),
             "took {gone_after:?} to stop"
+        );
+        assert!(
+            started_since.is_empty(),
+            "harness processes started after the cancel: {started_since:?}"
         );
 
         // The worker is free: the next task is judged and completed.
