@@ -125,8 +125,14 @@ fn workers_section(workers: &[WorkerStatus], now: f64) -> Markup {
                         td { (w.id) }
                         td { (w.device) }
                         td { (w.gpu_model.as_deref().unwrap_or("—")) }
-                        td { @if let Some(task) = &w.current_task { a href={ "/evaluations/" (task) } { (short(task)) } } @else { span.muted { "idle" } } }
-                        td { (w.stage.as_deref().unwrap_or("")) }
+                        @if w.in_flight.is_empty() {
+                            td { @if let Some(task) = &w.current_task { a href={ "/evaluations/" (task) } { (short(task)) } } @else { span.muted { "idle" } } }
+                            td { (w.stage.as_deref().unwrap_or("")) }
+                        } @else {
+                            // One line per evaluation in flight, its judge stage beside it.
+                            td { @for t in &w.in_flight { a href={ "/evaluations/" (t.task) } { (short(&t.task)) } br; } }
+                            td.stage { @for t in &w.in_flight { (t.stage.as_deref().unwrap_or("claimed")) br; } }
+                        }
                         td.r { (ago(now - w.last_seen)) }
                         td.r { (w.restarts) }
                     }

@@ -109,3 +109,56 @@ fn a_token_guards_every_page_but_login() {
     let (status, _) = get(addr, "/login?token=s3cret", &[]);
     assert_eq!(status, 303);
 }
+
+#[test]
+fn worker_rows_show_each_evaluation_in_flight_with_its_judge_stage() {
+    use crucible_queue::{TaskStage, WorkerInfo};
+    let (_dir, store) = store();
+    let stage = |task: &str, stage: Option<&str>| TaskStage {
+        task: task.into(),
+        stage: stage.map(str::to_string),
+    };
+    store
+        .heartbeat(&WorkerInfo {
+            id: "host:cuda:0".into(),
+            device: "cuda:0".into(),
+            gpu_model: Some("NVIDIA H200".into()),
+            versions: "v".into(),
+            current_task: Some("0000-aaaaaaaa".into()),
+            stage: Some("profile".into()),
+            in_flight: vec![
+                stage("0000-aaaaaaaa", Some("profile")),
+                stage("0000-bbbbbbbb", Some("trial_2")),
+                stage("0000-cccccccc", None),
+            ],
+        })
+        .unwrap();
+    store
+        .heartbeat(&WorkerInfo {
+            id: "host:cuda:1".into(),
+            device: "cuda:1".into(),
+            versions: "v".into(),
+            ..WorkerInfo::default()
+        })
+        .unwrap();
+    let (addr, _rt) = serve(store, None);
+    let (status, home) = get(addr, "/", &[]);
+    assert_eq!(status, 200);
+    let busy = home
+        .split("<tr>")
+        .find(|row| row.contains("host:cuda:0"))
+        .expect("the busy worker's row");
+    for text in [
+        "href=\"/evaluations/0000-aaaaaaaa\"",
+        "href=\"/evaluations/0000-bbbbbbbb\"",
+        "href=\"/evaluations/0000-cccccccc\"",
+        "profile<br>trial_2<br>claimed<br>",
+    ] {
+        assert!(busy.contains(text), "{text} missing from {busy}");
+    }
+    let idle = home
+        .split("<tr>")
+        .find(|row| row.contains("host:cuda:1"))
+        .expect("the idle worker's row");
+    assert!(idle.contains("idle"), "{idle}");
+}

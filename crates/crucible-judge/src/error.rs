@@ -39,6 +39,9 @@ pub enum InfraError {
     /// A trusted harness process sent a reply that does not fit the protocol.
     #[error("the {who} broke the harness protocol: {detail}")]
     Protocol { who: &'static str, detail: String },
+    /// The caller stopped the evaluation (its task was cancelled) and killed its processes.
+    #[error("the evaluation was stopped by its caller (the task was cancelled)")]
+    Aborted,
 }
 
 impl InfraError {

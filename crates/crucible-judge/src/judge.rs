@@ -29,7 +29,8 @@ mod record;
 mod session;
 pub use generalize::{Generalize, SHAPE_SPECIALIZED};
 pub use hooks::{
-    ReferenceKey, ReferenceTiming, ReferenceTimingCache, Teardown, TimedPhaseGate, TimedPhaseGuard,
+    Abort, ReferenceKey, ReferenceTiming, ReferenceTimingCache, StageObserver, Teardown,
+    TimedPhaseGate, TimedPhaseGuard,
 };
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
@@ -166,6 +167,10 @@ pub struct EvalConfig {
     /// Takes the killed processes (to reap them and remove their scratch off the critical
     /// path); `None`: the evaluation waits for that itself.
     pub teardown: Option<Arc<dyn Teardown>>,
+    /// Told each stage as it starts; `None`: nobody watches.
+    pub stage_observer: Option<Arc<dyn StageObserver>>,
+    /// Lets the caller stop the evaluation and kill its processes; `None`: it runs to the end.
+    pub abort: Option<Abort>,
 }
 
 impl EvalConfig {
@@ -186,6 +191,8 @@ impl EvalConfig {
             timed_phases: None,
             reference_timings: None,
             teardown: None,
+            stage_observer: None,
+            abort: None,
         }
     }
 
@@ -300,6 +307,9 @@ impl Evaluation<'_> {
         name: &str,
         f: impl FnOnce(&mut Self) -> Result<T, Stop>,
     ) -> Result<T, Stop> {
+        if let Some(observer) = &self.cfg.stage_observer {
+            observer.stage_started(name);
+        }
         let start = Instant::now();
         let outcome = f(self);
         let (status, diagnostics) = match &outcome {
@@ -367,8 +377,21 @@ pub fn evaluate_taking(
 ) -> EvalResult {
     let started = Instant::now();
     let mut eval = Evaluation::new(runtime, cfg, task_path, task_src);
-    let outcome = verify_stage(&mut eval, candidate_src)
-        .and_then(|()| session::run(&mut eval, take(), task_path, candidate_src));
+    let aborted = || cfg.abort.as_ref().is_some_and(Abort::is_aborted);
+    let outcome = verify_stage(&mut eval, candidate_src).and_then(|()| {
+        if aborted() {
+            // An evaluation stopped before its processes start starts none.
+            Err(Stop::Infra(InfraError::Aborted))
+        } else {
+            session::run(&mut eval, take(), task_path, candidate_src)
+        }
+    });
+    // Whatever the killed processes looked like to the stages, it was not the candidate's doing.
+    let outcome = if aborted() {
+        Err(Stop::Infra(InfraError::Aborted))
+    } else {
+        outcome
+    };
     let files = (
         file_ref(task_path, task_src),
         file_ref(candidate_path, candidate_src),
@@ -690,6 +713,11 @@ impl Workers {
     pub(crate) fn kill_now(&self) {
         self.candidate.kill_group();
         self.referee.kill_group();
+    }
+
+    /// Both processes' group ids (each is its group's leader).
+    pub(crate) fn process_groups(&self) -> [libc::pid_t; 2] {
+        [self.candidate.pid(), self.referee.pid()].map(|pid| pid as libc::pid_t)
     }
 
     /// The candidate process's pid (as the judge sees it, outside its PID namespace).

@@ -23,9 +23,10 @@ pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
 pub use error::InfraError;
 pub use judge::{
-    EvalConfig, Generalize, ReferenceKey, ReferenceTiming, ReferenceTimingCache, SourceFile,
-    StageLimits, Teardown, TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile,
-    Transport, Workers, evaluate, evaluate_taking, evaluate_with, infra_error_result,
+    Abort, EvalConfig, Generalize, ReferenceKey, ReferenceTiming, ReferenceTimingCache, SourceFile,
+    StageLimits, StageObserver, Teardown, TimedPhaseGate, TimedPhaseGuard, TimingConfig,
+    ToleranceProfile, Transport, Workers, evaluate, evaluate_taking, evaluate_with,
+    infra_error_result,
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};
 pub use sandbox::Sandbox;

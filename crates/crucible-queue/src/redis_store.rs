@@ -762,6 +762,7 @@ impl RedisStore {
                     versions: info.versions,
                     current_task: info.current_task,
                     stage: info.stage,
+                    in_flight: info.in_flight,
                     last_seen: seen.get(id).copied().unwrap_or(0.0),
                     restarts: restarts.get(id).copied().unwrap_or(0),
                 }

@@ -638,6 +638,7 @@ impl SqliteStore {
                         versions: info.versions,
                         current_task: info.current_task,
                         stage: info.stage,
+                        in_flight: info.in_flight,
                         last_seen: r.get(1)?,
                         restarts: r.get(2)?,
                     })

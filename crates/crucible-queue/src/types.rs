@@ -208,8 +208,21 @@ pub struct WorkerInfo {
     /// The task being evaluated now, for `workers()`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_task: Option<TaskId>,
-    /// Its stage, for `workers()`.
+    /// Its stage, for `workers()`: the judge's (`start`, `trial_1`, `timing`, ...) while it
+    /// runs, else the worker's own (`draining`, `stopped`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Every evaluation in flight with its judge stage (a worker runs several at once;
+    /// `current_task` and `stage` are the oldest one's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<TaskStage>,
+}
+
+/// One evaluation a worker has in flight, and the stage the judge is in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStage {
+    pub task: TaskId,
+    /// `None` until the judge starts its first stage.
     pub stage: Option<String>,
 }
 
@@ -222,6 +235,9 @@ pub struct WorkerStatus {
     pub versions: String,
     pub current_task: Option<TaskId>,
     pub stage: Option<String>,
+    /// Every evaluation in flight with its judge stage.
+    #[serde(default)]
+    pub in_flight: Vec<TaskStage>,
     /// Unix seconds of the last heartbeat.
     pub last_seen: f64,
     /// Restarts noted by the supervisor (`note_restart`).

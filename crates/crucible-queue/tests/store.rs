@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crucible_queue::{
-    Lease, QueueError, RetryOutcome, Store, StoreConfig, TaskSpec, TaskState, WorkerInfo, now_unix,
+    Lease, QueueError, RetryOutcome, Store, StoreConfig, TaskSpec, TaskStage, TaskState,
+    WorkerInfo, now_unix,
 };
 use serde_json::json;
 
@@ -155,6 +156,7 @@ fn worker(id: &str) -> WorkerInfo {
         versions: "test-versions-1".into(),
         current_task: None,
         stage: None,
+        in_flight: Vec::new(),
     }
 }
 
@@ -744,6 +746,53 @@ fn workers_heartbeats_and_restarts(f: &Fixture) {
     assert_eq!(store.stats().unwrap().worker_restarts, 3);
 }
 
+fn heartbeats_carry_every_task_in_flight_with_its_stage(f: &Fixture) {
+    let store = f.open();
+    let mut w = worker("host:cuda:0");
+    let in_flight = vec![
+        TaskStage {
+            task: "t1".into(),
+            stage: Some("profile".into()),
+        },
+        TaskStage {
+            task: "t2".into(),
+            stage: Some("trial_3".into()),
+        },
+        TaskStage {
+            task: "t3".into(),
+            stage: None,
+        },
+    ];
+    w.current_task = Some("t1".into());
+    w.stage = Some("profile".into());
+    w.in_flight = in_flight.clone();
+    store.heartbeat(&w).unwrap();
+    let seen = |store: &Store| {
+        store
+            .workers()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.id == "host:cuda:0")
+            .expect("the worker")
+    };
+    let status = seen(&store);
+    assert_eq!(status.in_flight, in_flight);
+    assert_eq!(status.stage.as_deref(), Some("profile"));
+    // The next heartbeat replaces the list: an idle worker shows none.
+    w.current_task = None;
+    w.stage = None;
+    w.in_flight.clear();
+    store.heartbeat(&w).unwrap();
+    let status = seen(&store);
+    assert!(status.in_flight.is_empty(), "{:?}", status.in_flight);
+    assert_eq!(status.current_task, None);
+    // A record written before the field existed still reads (as no task in flight).
+    let old: WorkerInfo =
+        serde_json::from_str(r#"{"id":"old","device":"cpu","gpu_model":null,"versions":"v"}"#)
+            .unwrap();
+    assert!(old.in_flight.is_empty());
+}
+
 fn stage_latencies_and_verdicts(f: &Fixture) {
     let store = f.open();
     store
@@ -973,6 +1022,7 @@ suite!(
     batch_of_10k,
     concurrent_claimers_never_share_a_task,
     workers_heartbeats_and_restarts,
+    heartbeats_carry_every_task_in_flight_with_its_stage,
     stage_latencies_and_verdicts,
     wait_terminal_returns_when_done,
     two_processes_never_claim_the_same_task,

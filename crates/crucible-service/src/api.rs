@@ -237,15 +237,26 @@ pub struct WorkerView {
     pub id: String,
     pub device: String,
     pub gpu_model: Option<String>,
-    /// The task it is evaluating now (one of them, when it runs several).
+    /// The task it is evaluating now (the oldest, when it runs several).
     pub current_task: Option<String>,
+    /// That task's judge stage (`start`, `trial_1`, `timing`, ...), or `draining`/`stopped`.
     pub stage: Option<String>,
+    /// Every evaluation in flight, oldest first, with its judge stage.
+    pub in_flight: Vec<InFlightView>,
     /// The judge's versions string (part of every cache key).
     pub versions: String,
     /// Unix seconds of the last heartbeat.
     pub last_seen: f64,
     pub live: bool,
     pub restarts: u64,
+}
+
+/// One evaluation a worker has in flight.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct InFlightView {
+    pub task: String,
+    /// The judge's stage; `null` until its first stage starts.
+    pub stage: Option<String>,
 }
 
 /// The server's real state.

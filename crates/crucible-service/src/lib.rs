@@ -126,11 +126,31 @@ pub async fn serve(
     })?;
     check_bind(addr, config.token.as_deref())?;
     let app = router(store, config);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|source| ServiceError::Io {
+    let (fired, shutting_down) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        let _ = fired.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal);
+    // Event streams (a dashboard left open, a batch's results) and long polls never end by
+    // themselves: after the signal they get a moment, then the server stops anyway.
+    let cut_off = async move {
+        match shutting_down.await {
+            Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = server => served.map_err(|source| ServiceError::Io {
             addr: addr.to_string(),
             source,
-        })
+        }),
+        () = cut_off => {
+            tracing::info!("connections still open {SHUTDOWN_GRACE:?} after the shutdown signal were closed");
+            Ok(())
+        }
+    }
 }
+
+/// How long open connections may take to finish after the shutdown signal.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);

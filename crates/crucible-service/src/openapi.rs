@@ -4,8 +4,8 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::api::{
-    BatchSubmission, BatchSubmitted, BatchView, CancelOutcome, Health, JudgeOptionsBody,
-    StateCounts, Submitted, TaskStateView, TaskSubmission, TaskView, WorkerView,
+    BatchSubmission, BatchSubmitted, BatchView, CancelOutcome, Health, InFlightView,
+    JudgeOptionsBody, StateCounts, Submitted, TaskStateView, TaskSubmission, TaskView, WorkerView,
 };
 use crate::error::{ErrorBody, ErrorDetail};
 
@@ -25,8 +25,8 @@ use crate::error::{ErrorBody, ErrorDetail};
     ),
     components(schemas(
         TaskSubmission, JudgeOptionsBody, BatchSubmission, Submitted, BatchSubmitted, TaskView,
-        TaskStateView, StateCounts, BatchView, CancelOutcome, WorkerView, Health, ErrorBody,
-        ErrorDetail
+        TaskStateView, StateCounts, BatchView, CancelOutcome, WorkerView, InFlightView, Health,
+        ErrorBody, ErrorDetail
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

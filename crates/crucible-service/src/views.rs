@@ -2,7 +2,7 @@
 
 use crucible_queue::{QueueStats, WorkerStatus};
 
-use crate::api::WorkerView;
+use crate::api::{InFlightView, WorkerView};
 
 /// A worker is live when its last heartbeat is this recent.
 pub const LIVE_WITHIN_S: f64 = 30.0;
@@ -21,6 +21,14 @@ pub fn worker(status: WorkerStatus) -> WorkerView {
         gpu_model: status.gpu_model,
         current_task: status.current_task,
         stage: status.stage,
+        in_flight: status
+            .in_flight
+            .into_iter()
+            .map(|t| InFlightView {
+                task: t.task,
+                stage: t.stage,
+            })
+            .collect(),
         versions: status.versions,
         last_seen: status.last_seen,
         live,

@@ -8,6 +8,7 @@
 //! What does not: the timed phases (timing, profile, timed output), which hold a file lock per
 //! GPU that every worker process on the machine shares.
 
+mod control;
 mod gpu_lock;
 mod options;
 mod pool;
@@ -23,6 +24,7 @@ use crucible_judge::{Device, DeviceFacts, EvalConfig, InfraError, Runtime, Stage
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 use sha2::{Digest, Sha256};
 
+pub use control::Control;
 pub use gpu_lock::{GpuLock, Held};
 pub use options::{JudgeOptions, MAX_TRIALS, OptionsError, check as check_options};
 pub use pool::WarmPool;
@@ -251,12 +253,20 @@ impl Engine {
     /// Judges one job; never fails (a fault of the judge's own is an `infra_error` result,
     /// which the worker loop retries).
     pub fn evaluate(&self, job: &Job) -> EvalResult {
+        self.evaluate_controlled(job, &Control::new())
+    }
+
+    /// [`Engine::evaluate`], watched and stoppable through `control`: it shows the judge's
+    /// current stage, and a cancel kills the evaluation's processes and ends it `infra_error`.
+    pub fn evaluate_controlled(&self, job: &Job, control: &Control) -> EvalResult {
         let _slot = self.slots.acquire();
         let task_path = self.tasks.path_for(&job.task_name, &job.task_source);
         let candidate_path = PathBuf::from(format!("{}-candidate.py", safe_name(&job.task_name)));
         let (task_src, candidate_src) =
             (job.task_source.as_bytes(), job.candidate_source.as_bytes());
         let mut cfg = self.base.clone();
+        cfg.stage_observer = Some(control.observer());
+        cfg.abort = Some(control.abort());
         let setup = options::apply(&job.options, &mut cfg)
             .map_err(|e| InfraError::Setup(format!("bad judge options: {e}")))
             .and_then(|()| {
@@ -289,7 +299,7 @@ impl Engine {
         let shared = self.alone.read();
         let result = run();
         drop(shared);
-        if self.options.concurrency > 1 && shared_device_fault(&result) {
+        if self.options.concurrency > 1 && shared_device_fault(&result) && !control.is_cancelled() {
             // The engine, not the candidate, put several evaluations on one device.
             let first = result;
             let alone = self.alone.write();

@@ -5,5 +5,5 @@
 pub mod engine;
 pub mod run;
 
-pub use engine::{Engine, EngineError, EngineOptions, Job, JudgeOptions, Tuning};
+pub use engine::{Control, Engine, EngineError, EngineOptions, Job, JudgeOptions, Tuning};
 pub use run::{Evaluator, LoopConfig, LoopReport, run_worker};

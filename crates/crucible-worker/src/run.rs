@@ -1,7 +1,9 @@
 //! The worker loop: claim a task with a lease, judge it, complete it (or hand an infrastructure
 //! fault back with `retry`), while one housekeeping thread sends heartbeats, renews the leases of
 //! the evaluations in flight and, where asked, sweeps the store. `concurrency` claim threads run
-//! at once; each holds at most one lease. When `stop` is set the claim threads take nothing new
+//! at once; each holds at most one lease. The heartbeat carries each evaluation's judge stage;
+//! an evaluation whose task was cancelled (or whose lease was lost) is stopped, its processes
+//! killed, and nothing is written for it. When `stop` is set the claim threads take nothing new
 //! and finish what they hold (graceful drain), and the loop returns.
 
 use std::collections::HashMap;
@@ -9,8 +11,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crucible_queue::{Lease, QueueError, RetryOutcome, Store, TaskId, WorkerInfo, now_unix};
+use crucible_queue::{
+    Lease, QueueError, RetryOutcome, Store, TaskId, TaskStage, TaskState, WorkerInfo, now_unix,
+};
 use crucible_result::{EvalResult, Verdict};
+
+use crate::Control;
 
 /// What judges one claimed task. `crucible_worker::Engine` is the real one; tests plug in
 /// others to drive the loop without Python.
@@ -20,6 +26,18 @@ pub trait Evaluator: Send + Sync {
     /// Judges the lease's task; should return by `deadline` (the store times the task out
     /// anyway). `Err` is an infrastructure fault of the evaluator's own (no result document).
     fn evaluate(&self, lease: &Lease, deadline: Option<Instant>) -> Result<EvalResult, String>;
+    /// [`Evaluator::evaluate`], watched and stoppable through `control`: the loop reads the
+    /// judge's stage for its heartbeats, and cancels when the task no longer wants a result.
+    /// By default neither happens (a cancelled evaluation runs to its end, unrecorded).
+    fn evaluate_controlled(
+        &self,
+        lease: &Lease,
+        deadline: Option<Instant>,
+        control: &Control,
+    ) -> Result<EvalResult, String> {
+        let _ = control;
+        self.evaluate(lease, deadline)
+    }
 }
 
 impl Evaluator for crate::Engine {
@@ -28,6 +46,15 @@ impl Evaluator for crate::Engine {
     }
 
     fn evaluate(&self, lease: &Lease, deadline: Option<Instant>) -> Result<EvalResult, String> {
+        Evaluator::evaluate_controlled(self, lease, deadline, &Control::new())
+    }
+
+    fn evaluate_controlled(
+        &self,
+        lease: &Lease,
+        deadline: Option<Instant>,
+        control: &Control,
+    ) -> Result<EvalResult, String> {
         let job = crate::Job {
             task_name: lease.spec.task_name.clone(),
             task_source: lease.spec.task_source.clone(),
@@ -35,7 +62,7 @@ impl Evaluator for crate::Engine {
             options: lease.spec.options.clone(),
             deadline,
         };
-        Ok(crate::Engine::evaluate(self, &job))
+        Ok(crate::Engine::evaluate_controlled(self, &job, control))
     }
 }
 
@@ -52,6 +79,9 @@ pub struct LoopConfig {
     pub heartbeat: Duration,
     /// How long an idle claim thread waits before asking again.
     pub idle_poll: Duration,
+    /// How often the tasks in flight are checked (a read) for having been cancelled, which
+    /// stops their evaluations; a changed judge stage is sent with the next such check.
+    pub cancel_poll: Duration,
     /// Also sweep the store (expired leases, deadlines, retention) this often. Redis workers
     /// do, so that no single API server is needed for it.
     pub sweep_every: Option<Duration>,
@@ -65,6 +95,7 @@ impl LoopConfig {
             lease: Duration::from_secs(60),
             heartbeat: Duration::from_secs(5),
             idle_poll: Duration::from_millis(200),
+            cancel_poll: Duration::from_secs(1),
             sweep_every: None,
         }
     }
@@ -79,6 +110,9 @@ pub struct LoopReport {
     pub retried: u64,
     /// Results the store refused (the lease went stale: cancelled, timed out or re-delivered).
     pub refused: u64,
+    /// Evaluations stopped because their task was cancelled or their lease lost while they
+    /// ran; nothing was written for them.
+    pub stopped: u64,
 }
 
 #[derive(Default)]
@@ -86,30 +120,54 @@ struct Counters {
     completed: AtomicU64,
     retried: AtomicU64,
     refused: AtomicU64,
+    stopped: AtomicU64,
 }
 
-/// The leases being evaluated, for renewal and for the heartbeat's "current task".
+/// One claimed task being evaluated.
+#[derive(Clone)]
+struct Flight {
+    lease: Lease,
+    control: Control,
+    claimed: Instant,
+}
+
+/// The leases being evaluated, for renewal, cancellation and the heartbeat's tasks.
 #[derive(Default)]
 struct InFlight {
-    leases: Mutex<HashMap<TaskId, Lease>>,
+    flights: Mutex<HashMap<TaskId, Flight>>,
 }
 
 impl InFlight {
-    fn insert(&self, lease: &Lease) {
-        if let Ok(mut map) = self.leases.lock() {
-            map.insert(lease.task_id.clone(), lease.clone());
+    fn insert(&self, lease: &Lease, control: &Control) {
+        if let Ok(mut map) = self.flights.lock() {
+            let flight = Flight {
+                lease: lease.clone(),
+                control: control.clone(),
+                claimed: Instant::now(),
+            };
+            map.insert(lease.task_id.clone(), flight);
         }
     }
-    fn remove(&self, id: &str) {
-        if let Ok(mut map) = self.leases.lock() {
-            map.remove(id);
+    /// Removes this lease's entry only: a task handed back with `retry` may already have been
+    /// claimed again by another claim thread, whose entry must stay (and be renewed).
+    fn remove(&self, lease: &Lease) {
+        if let Ok(mut map) = self.flights.lock()
+            && map
+                .get(&lease.task_id)
+                .is_some_and(|f| f.lease.token == lease.token)
+        {
+            map.remove(&lease.task_id);
         }
     }
-    fn snapshot(&self) -> Vec<Lease> {
-        self.leases
+    /// Oldest claim first.
+    fn snapshot(&self) -> Vec<Flight> {
+        let mut flights: Vec<Flight> = self
+            .flights
             .lock()
             .map(|map| map.values().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        flights.sort_by_key(|f| f.claimed);
+        flights
     }
 }
 
@@ -155,6 +213,7 @@ pub fn run_worker(
         completed: counters.completed.load(Ordering::SeqCst),
         retried: counters.retried.load(Ordering::SeqCst),
         refused: counters.refused.load(Ordering::SeqCst),
+        stopped: counters.stopped.load(Ordering::SeqCst),
     };
     tracing::info!(?report, "worker drained");
     Ok(report)
@@ -186,9 +245,10 @@ fn claim_loop(
         match store.claim(worker, config.lease) {
             Ok(Some(lease)) => {
                 backoff = config.idle_poll;
-                in_flight.insert(&lease);
-                judge_one(store, evaluator, &lease, counters);
-                in_flight.remove(&lease.task_id);
+                let control = Control::new();
+                in_flight.insert(&lease, &control);
+                judge_one(store, evaluator, &lease, &control, counters);
+                in_flight.remove(&lease);
             }
             Ok(None) => sleep_unless(stop, config.idle_poll),
             Err(err) => {
@@ -208,9 +268,22 @@ fn deadline_of(lease: &Lease) -> Option<Instant> {
     })
 }
 
-fn judge_one(store: &Store, evaluator: &dyn Evaluator, lease: &Lease, counters: &Counters) {
+fn judge_one(
+    store: &Store,
+    evaluator: &dyn Evaluator,
+    lease: &Lease,
+    control: &Control,
+    counters: &Counters,
+) {
     tracing::info!(task = %lease.task_id, name = %lease.spec.task_name, attempt = lease.attempt, "evaluating");
-    let result = match evaluator.evaluate(lease, deadline_of(lease)) {
+    let result = evaluator.evaluate_controlled(lease, deadline_of(lease), control);
+    if control.is_cancelled() {
+        // Nobody wants this result, and the store would refuse it; nothing is anyone's fault.
+        counters.stopped.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(task = %lease.task_id, "evaluation stopped: its task was cancelled or its lease lost");
+        return;
+    }
+    let result = match result {
         Ok(result) if result.verdict == Verdict::InfraError => Err(result
             .failure
             .as_ref()
@@ -282,29 +355,28 @@ fn housekeep(
     stop: &AtomicBool,
     claimers_done: &AtomicBool,
 ) {
-    let tick = config.heartbeat.min(config.lease / 3);
+    let renew_every = config.heartbeat.min(config.lease / 3);
+    let poll = config.cancel_poll.min(renew_every);
+    let mut last_renewal: Option<Instant> = None;
+    let mut last_beat: Option<(Instant, WorkerInfo)> = None;
     let mut last_sweep = Instant::now();
     loop {
-        let leases = in_flight.snapshot();
-        for lease in &leases {
-            match store.renew(lease, config.lease) {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::info!(task = %lease.task_id, "lease lost (cancelled, timed out or re-delivered)")
-                }
-                Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
-            }
+        let flights = in_flight.snapshot();
+        if last_renewal.is_none_or(|at| at.elapsed() >= renew_every) {
+            last_renewal = Some(Instant::now());
+            renew(store, &flights, config.lease);
+        } else {
+            stop_unwanted(store, &flights);
         }
-        let mut status = worker.clone();
-        status.current_task = leases.first().map(|l| l.task_id.clone());
-        status.stage = match (stop.load(Ordering::SeqCst), leases.len()) {
-            (true, _) => Some("draining".into()),
-            (false, 0) => None,
-            (false, 1) => Some("evaluating".into()),
-            (false, n) => Some(format!("evaluating ({n} in flight)")),
-        };
-        if let Err(err) = store.heartbeat(&status) {
-            tracing::warn!(error = %err, "heartbeat failed");
+        let status = status_of(worker, &flights, stop.load(Ordering::SeqCst));
+        let beat_due = last_beat
+            .as_ref()
+            .is_none_or(|(at, sent)| at.elapsed() >= renew_every || *sent != status);
+        if beat_due {
+            match store.heartbeat(&status) {
+                Ok(()) => last_beat = Some((Instant::now(), status)),
+                Err(err) => tracing::warn!(error = %err, "heartbeat failed"),
+            }
         }
         if let Some(every) = config.sweep_every
             && last_sweep.elapsed() >= every
@@ -321,6 +393,71 @@ fn housekeep(
             let _ = store.heartbeat(&last);
             return;
         }
-        sleep_unless(claimers_done, tick);
+        sleep_unless(claimers_done, poll);
     }
+}
+
+/// Renews every lease in flight; one the store refuses is lost, and its evaluation stopped.
+fn renew(store: &Store, flights: &[Flight], lease: Duration) {
+    for flight in flights {
+        match store.renew(&flight.lease, lease) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(task = %flight.lease.task_id, "lease lost (cancelled, timed out or re-delivered): stopping its evaluation");
+                flight.control.cancel();
+            }
+            Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+        }
+    }
+}
+
+/// Stops the evaluations whose task no longer wants this lease's result: cancelled, timed out,
+/// gone, or delivered again elsewhere. One read for them all, so it can run more often than
+/// renewals.
+fn stop_unwanted(store: &Store, flights: &[Flight]) {
+    let watched: Vec<&Flight> = flights
+        .iter()
+        .filter(|f| !f.control.is_cancelled())
+        .collect();
+    if watched.is_empty() {
+        return;
+    }
+    let ids: Vec<TaskId> = watched.iter().map(|f| f.lease.task_id.clone()).collect();
+    let records = match store.tasks(&ids) {
+        Ok(records) => records,
+        Err(err) => {
+            tracing::warn!(error = %err, "checking the tasks in flight failed");
+            return;
+        }
+    };
+    for flight in watched {
+        let lease = &flight.lease;
+        let wanted = records.iter().any(|r| {
+            r.id == lease.task_id && r.state == TaskState::Running && r.attempts == lease.attempt
+        });
+        if !wanted {
+            tracing::info!(task = %lease.task_id, "task cancelled or taken over: stopping its evaluation");
+            flight.control.cancel();
+        }
+    }
+}
+
+/// The heartbeat: every task in flight with its judge stage, the oldest as the current one.
+fn status_of(worker: &WorkerInfo, flights: &[Flight], draining: bool) -> WorkerInfo {
+    let mut status = worker.clone();
+    status.in_flight = flights
+        .iter()
+        .map(|f| TaskStage {
+            task: f.lease.task_id.clone(),
+            stage: f.control.stage(),
+        })
+        .collect();
+    let oldest = status.in_flight.first();
+    status.current_task = oldest.map(|t| t.task.clone());
+    status.stage = match (draining, oldest) {
+        (true, _) => Some("draining".into()),
+        (false, None) => None,
+        (false, Some(task)) => Some(task.stage.clone().unwrap_or_else(|| "evaluating".into())),
+    };
+    status
 }

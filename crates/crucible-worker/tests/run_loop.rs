@@ -1,14 +1,15 @@
 //! The worker loop against a real SQLite store, with a stand-in evaluator (no Python): leases are
 //! renewed while an evaluation outlives them, an `infra_error` goes back to the queue and is
-//! retried, `concurrency` evaluations run at once, and a stop drains what is in flight.
+//! retried, `concurrency` evaluations run at once, a stop drains what is in flight, and a
+//! cancelled task's evaluation is told to stop while the heartbeat shows its stage.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crucible_queue::{Lease, Store, TaskSpec, TaskState, WorkerInfo};
 use crucible_result::{EvalResult, Verdict};
-use crucible_worker::{Evaluator, LoopConfig, run_worker};
+use crucible_worker::{Control, Evaluator, LoopConfig, run_worker};
 
 /// A real result document (from the dashboard's fixtures), re-labelled per call.
 fn sample_result() -> EvalResult {
@@ -178,4 +179,199 @@ fn a_stop_mid_evaluation_finishes_the_task_before_returning() {
         1,
         "nothing new was claimed after the stop"
     );
+}
+
+/// Sets the loop's stop flag when dropped, so a failed assertion inside the thread scope ends
+/// the loop (after its evaluation in flight) instead of waiting for it forever.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Tasks named `stubborn` work until told to stop (as a hanging candidate would), in a stage
+/// of their own; others return at once.
+struct Stubborn {
+    started: AtomicBool,
+    told_to_stop_after: Mutex<Option<Duration>>,
+    template: EvalResult,
+}
+
+impl Evaluator for Stubborn {
+    fn versions(&self) -> String {
+        "stubborn-1".into()
+    }
+
+    fn evaluate(&self, lease: &Lease, deadline: Option<Instant>) -> Result<EvalResult, String> {
+        self.evaluate_controlled(lease, deadline, &Control::new())
+    }
+
+    fn evaluate_controlled(
+        &self,
+        lease: &Lease,
+        _deadline: Option<Instant>,
+        control: &Control,
+    ) -> Result<EvalResult, String> {
+        if lease.spec.task_name == "stubborn" {
+            control.set_stage("trial_0");
+            self.started.store(true, Ordering::SeqCst);
+            let began = Instant::now();
+            while !control.is_cancelled() && began.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            *self.told_to_stop_after.lock().unwrap() = Some(began.elapsed());
+        }
+        Ok(self.template.clone())
+    }
+}
+
+/// A redis-server of our own on a free port in a temp dir, killed by its pid when dropped.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    fn start() -> Option<RedisServer> {
+        const REDIS_SERVER: &str = "/usr/bin/redis-server";
+        if !std::path::Path::new(REDIS_SERVER).exists() {
+            eprintln!("SKIPPED: {REDIS_SERVER} is absent; the Redis variant did not run");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = std::process::Command::new(REDIS_SERVER)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(RedisServer {
+            child,
+            port,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_cancelled_task_stops_its_evaluation_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    cancel_stops_the_evaluation(&format!("sqlite://{}", dir.path().join("q.db").display()));
+}
+
+#[test]
+fn a_cancelled_task_stops_its_evaluation_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    cancel_stops_the_evaluation(&format!("redis://127.0.0.1:{}/0", redis.port));
+}
+
+/// A cancelled task's evaluation is told to stop, nothing is written for it, and the next task
+/// is taken; meanwhile the heartbeat shows the evaluation's stage.
+fn cancel_stops_the_evaluation(url: &str) {
+    let store = Store::open(url).expect("open the store");
+    let stubborn = store
+        .submit(
+            None,
+            vec![TaskSpec::new(
+                "stubborn",
+                "class Model: pass\n",
+                "# hangs\n",
+            )],
+        )
+        .expect("submit")
+        .remove(0);
+    let evaluator = Stubborn {
+        started: AtomicBool::new(false),
+        told_to_stop_after: Mutex::new(None),
+        template: sample_result(),
+    };
+    let mut config = LoopConfig::new(
+        WorkerInfo {
+            id: "cancel:cpu".into(),
+            device: "cpu".into(),
+            ..WorkerInfo::default()
+        },
+        1,
+    );
+    config.cancel_poll = Duration::from_millis(200);
+    let stop = AtomicBool::new(false);
+    let report = std::thread::scope(|scope| {
+        let running = scope.spawn(|| run_worker(&store, &evaluator, &config, &stop));
+        let _stop = StopOnDrop(&stop);
+        // The heartbeat shows the evaluator's stage for the task.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let workers = store.workers().expect("workers");
+            let shown = workers.first().and_then(|w| w.in_flight.first().cloned());
+            if let Some(flight) = shown.filter(|f| f.stage.as_deref() == Some("trial_0")) {
+                assert_eq!(flight.task, stubborn);
+                assert_eq!(workers[0].stage.as_deref(), Some("trial_0"));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no heartbeat showed the stage: {workers:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(store.cancel(&stubborn).expect("cancel"));
+        let next = store.submit(None, vec![spec(1)]).expect("submit").remove(0);
+        let done = store
+            .wait_terminal(std::slice::from_ref(&next), Duration::from_secs(10))
+            .expect("wait")
+            .remove(0);
+        assert_eq!(done.state, TaskState::Done, "the next task was taken");
+        stop.store(true, Ordering::SeqCst);
+        running.join().expect("loop thread").expect("loop result")
+    });
+    let after = evaluator
+        .told_to_stop_after
+        .lock()
+        .unwrap()
+        .expect("it ran");
+    assert!(
+        after < Duration::from_secs(5),
+        "told to stop after {after:?}"
+    );
+    assert_eq!(
+        (
+            report.stopped,
+            report.completed,
+            report.retried,
+            report.refused
+        ),
+        (1, 1, 0, 0)
+    );
+    let record = store.task(&stubborn).expect("read").expect("known");
+    assert_eq!(record.state, TaskState::Cancelled);
+    assert!(record.result.is_none());
 }

@@ -159,8 +159,8 @@ fn run_loop(
 ) -> anyhow::Result<ExitCode> {
     let report = crucible_worker::run_worker(store, evaluator, config, &STOP)?;
     eprintln!(
-        "crucible worker {}: drained ({} completed, {} retried, {} refused)",
-        config.worker.id, report.completed, report.retried, report.refused
+        "crucible worker {}: drained ({} completed, {} retried, {} refused, {} stopped by a cancel)",
+        config.worker.id, report.completed, report.retried, report.refused, report.stopped
     );
     Ok(ExitCode::SUCCESS)
 }

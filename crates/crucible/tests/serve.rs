@@ -604,3 +604,40 @@ fn schemathesis_finds_no_server_error() {
     assert!(report.contains("passed"), "{report}");
     drop(server);
 }
+
+#[test]
+fn an_open_dashboard_event_stream_does_not_hold_up_a_shutdown() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let queue = format!("sqlite://{}", dir.path().join("q.db").display());
+    let mut server = Server::start(&queue, free_port(), &["--workers", "0"]);
+    let address = server.base.trim_start_matches("http://").to_string();
+    let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+    write!(
+        stream,
+        "GET /dashboard/events HTTP/1.1\r\nHost: {address}\r\n\r\n"
+    )
+    .expect("request the event stream");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: home") {
+        let n = stream.read(&mut buf).expect("read the stream");
+        assert!(n > 0, "the stream closed before its first event");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The stream stays open (as a browser tab would keep it); the server still stops.
+    let signalled = Instant::now();
+    server.signal(libc::SIGTERM);
+    while matches!(server.child.try_wait(), Ok(None)) {
+        assert!(
+            signalled.elapsed() < Duration::from_secs(15),
+            "crucible serve still runs 15 s after SIGTERM with an event stream open"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "stopped {:.2?} after SIGTERM with a stream open",
+        signalled.elapsed()
+    );
+    drop(stream);
+}

@@ -1,10 +1,12 @@
 //! What a long-lived caller (a service worker) can hand an evaluation to share work between
 //! evaluations without sharing any state the candidate can reach: a gate around the timed
-//! phases (exclusive use of the GPU while timing) and a cache of reference timings.
+//! phases (exclusive use of the GPU while timing), a cache of reference timings, a watcher of
+//! the stages and a way to stop the evaluation.
 //!
 //! Both are optional; without them an evaluation behaves exactly as a standalone one.
 
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
 
 use crucible_result::PrecisionClass;
 
@@ -72,4 +74,80 @@ pub trait ReferenceTimingCache: Send + Sync + Debug {
 /// then off the evaluation's critical path. Dropping the [`Workers`] does both.
 pub trait Teardown: Send + Sync + Debug {
     fn retire(&self, workers: Workers);
+}
+
+/// Told the name of each stage as it starts (`verify`, `start`, `reference`, `load`,
+/// `trial_N`, `repeat`, `precision`, `generalize`, `timing`, `profile`, `timed-output`), so a
+/// long-lived caller can say what an evaluation is doing. Called on the evaluation's thread.
+pub trait StageObserver: Send + Sync + Debug {
+    fn stage_started(&self, name: &str);
+}
+
+/// Stops an evaluation from another thread (its task was cancelled): [`Abort::abort`] sends
+/// both of its process groups `SIGKILL` at once, or as soon as it has processes, and the
+/// evaluation ends `infra_error` ([`InfraError::Aborted`]), never charged to the candidate.
+///
+/// The groups are only ever signalled while the evaluation owns its processes, which it reaps
+/// only after detaching them here, so a recycled process id is never hit.
+///
+/// [`InfraError::Aborted`]: crate::InfraError::Aborted
+#[derive(Debug, Clone, Default)]
+pub struct Abort(Arc<Mutex<AbortState>>);
+
+#[derive(Debug, Default)]
+struct AbortState {
+    requested: bool,
+    /// Process groups of the processes the evaluation owns now.
+    groups: Vec<libc::pid_t>,
+}
+
+impl Abort {
+    pub fn new() -> Abort {
+        Abort::default()
+    }
+
+    /// Stops the evaluation (idempotent).
+    pub fn abort(&self) {
+        let mut state = self.lock();
+        state.requested = true;
+        kill_groups(&state.groups);
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.lock().requested
+    }
+
+    /// Lets `abort` reach these processes until the guard drops (killing them now if the
+    /// abort came first).
+    pub(crate) fn attach(&self, workers: &Workers) -> Attached<'_> {
+        let mut state = self.lock();
+        state.groups = workers.process_groups().to_vec();
+        if state.requested {
+            kill_groups(&state.groups);
+        }
+        Attached(self)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AbortState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// While it lives, an [`Abort`] may signal the evaluation's processes.
+pub(crate) struct Attached<'a>(&'a Abort);
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        self.0.lock().groups.clear();
+    }
+}
+
+fn kill_groups(groups: &[libc::pid_t]) {
+    for &group in groups {
+        // SAFETY: plain syscall; each harness process called setsid, so its pid is its group's
+        // id, and it has not been reaped while it is attached.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    }
 }

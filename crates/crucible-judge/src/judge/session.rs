@@ -41,7 +41,9 @@ pub(super) fn run(
     candidate_src: &[u8],
 ) -> Result<(), Stop> {
     let mut session = Session::start(eval, prestarted, task_path, candidate_src)?;
+    let attached = eval.cfg.abort.as_ref().map(|a| a.attach(&session.workers));
     let outcome = session.stages(eval);
+    drop(attached);
     match eval.cfg.teardown.as_ref() {
         Some(teardown) => {
             session.workers.kill_now();
