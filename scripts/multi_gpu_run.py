@@ -63,11 +63,13 @@ def worker_of(parent):
     raise SystemExit(f"no worker process under pid {parent}")
 
 
-def wait(base, batch, kill_parent=None, kill_after=None):
-    """Polls the batch until every task is terminal; optionally kill -9 one worker (a child of
+def wait(base, batch, kill_parent=None, kill_after=None, limit_s=None):
+    """Polls the batch until every task is terminal, or `limit_s` seconds passed (the batch is
+    then saved unfinished, marked `"cut": true`); optionally kill -9 one worker (a child of
     `kill_parent`) once `kill_after` tasks are done. Writes the batch as JSON to stdout."""
     started = time.time()
     killed = None
+    cut = False
     while True:
         view = call(f"{base}/v1/batches/{batch}")
         done = sum(1 for t in view["tasks"] if t["state"] in ("done", "cancelled", "timeout"))
@@ -79,9 +81,14 @@ def wait(base, batch, kill_parent=None, kill_after=None):
             print(f"killed worker pid {pid} with -9 after {done} done, {len(running)} running", file=sys.stderr)
         if view["finished"]:
             break
+        if limit_s and time.time() - started > float(limit_s):
+            cut = True
+            print(f"cut after {limit_s} s with {done} of {len(view['tasks'])} done", file=sys.stderr)
+            break
         time.sleep(1.0)
     view["wall_s"] = time.time() - started
     view["killed"] = killed
+    view["cut"] = cut
     view["metrics"] = urllib.request.urlopen(f"{base}/metrics", timeout=30).read().decode()
     json.dump(view, sys.stdout)
 
@@ -93,7 +100,8 @@ def summarize(path):
     for t in tasks:
         verdict = (t.get("result") or {}).get("verdict", t["state"])
         verdicts[verdict] = verdicts.get(verdict, 0) + 1
-    evaluated = [t for t in tasks if not t["cached"] and not t["shared_with"]]
+    # A cut run counts what finished.
+    evaluated = [t for t in tasks if not t["cached"] and not t["shared_with"] and t["finished_at"]]
     first = min(t["submitted_at"] for t in tasks)
     last = max(t["finished_at"] or 0 for t in tasks)
     span = last - first
@@ -108,6 +116,7 @@ def summarize(path):
         "per_hour": len(evaluated) / span * 3600 if span > 0 else float("nan"),
         "verdicts": verdicts,
         "killed": view.get("killed"),
+        "cut": view.get("cut", False),
         "speedups": {
             (t["labels"]["candidate"], t["labels"]["copy"]): t["result"]["speedup"]
             for t in tasks
@@ -143,6 +152,8 @@ def report(paths):
             f"{s['name']:<22} {s['tasks']:>5} {s['evaluated']:>5} {s['results']:>7} {s['attempts_over_1']:>7} "
             f"{s['infra_error']:>5} {s['span_s']:>7.1f} {s['per_hour']:>8.0f}  {json.dumps(s['verdicts'], sort_keys=True)}"
         )
+        if s["cut"]:
+            print(f"  cut at its time limit: {s['results']} of {s['tasks']} finished")
         if s["killed"]:
             print(f"  kill -9: {json.dumps(s['killed'])}; every task has one result: {s['results'] == s['tasks']}")
     one = [runs[n]["per_hour"] for n in ("embedded_cuda0", "embedded_cuda1") if n in runs]
@@ -168,7 +179,7 @@ if __name__ == "__main__":
     elif command == "wait":
         base, batch = args[:2]
         options = dict(zip(args[2::2], args[3::2]))
-        wait(base, batch, options.get("--kill-worker-of"), options.get("--kill-after"))
+        wait(base, batch, options.get("--kill-worker-of"), options.get("--kill-after"), options.get("--limit-s"))
     elif command == "report":
         report(args)
     else:
