@@ -1,4 +1,4 @@
-//! Compiled bytecode for the harness processes, made once per interpreter and harness.
+//! Compiled bytecode for the harness processes, made once per interpreter (and harness).
 //!
 //! Every harness process is a fresh interpreter that imports torch, triton and numpy. Where the
 //! packages ship without `.pyc` files (pip's `--no-compile`; the H200 test machine's venv has none
@@ -22,15 +22,15 @@ use sha2::{Digest, Sha256};
 
 use crate::runtime::hex;
 
-/// Marks a directory whose compilation finished.
-const STAMP: &str = ".complete";
+/// Marks a directory whose packages were compiled.
+const PACKAGES_STAMP: &str = ".complete";
 
-/// Compiles, in a process pool, every module of the packages harness processes import and of
-/// the harness. The packages are found without importing them.
+/// Compiles, in a process pool, the harness (`argv[1]`) and, unless `argv[2]` is `harness`,
+/// every module of the packages harness processes import, found without importing them.
 const COMPILE: &str = r#"
 import compileall, importlib.util, sys
 dirs = [sys.argv[1]]
-for name in ("torch", "triton", "numpy"):
+for name in () if sys.argv[2] == "harness" else ("torch", "triton", "numpy"):
     spec = importlib.util.find_spec(name)
     if spec is not None and spec.submodule_search_locations:
         dirs.extend(spec.submodule_search_locations)
@@ -38,14 +38,16 @@ ok = all(compileall.compile_dir(d, quiet=2, workers=0) for d in dirs)
 sys.exit(0 if ok else 1)
 "#;
 
-/// The bytecode directory for `python` and `harness_root`, compiled now if it is not there yet;
-/// `None` if it cannot be made.
+/// The bytecode directory for `python`, with the packages and `harness_root` compiled now if
+/// they are not there yet; `None` if it cannot be made. One directory per interpreter: a new
+/// harness (another content hash, another directory) adds its few files to it.
 pub(crate) fn prepare(cache: &Path, python: &Path, harness_root: &Path) -> Option<PathBuf> {
-    let dir = cache.join(format!("bytecode-{}", key(python, harness_root)));
-    if dir.join(STAMP).exists() {
+    let dir = cache.join(format!("bytecode-{}", key(python)));
+    let harness_stamp = harness_stamp(harness_root);
+    if dir.join(PACKAGES_STAMP).exists() && dir.join(&harness_stamp).exists() {
         return Some(dir);
     }
-    match compile_once(cache, &dir, python, harness_root) {
+    match compile_once(cache, &dir, python, harness_root, &harness_stamp) {
         Ok(()) => Some(dir),
         Err(error) => {
             tracing::warn!(
@@ -57,53 +59,74 @@ pub(crate) fn prepare(cache: &Path, python: &Path, harness_root: &Path) -> Optio
     }
 }
 
-/// Which interpreter (by its resolved path) and which harness the bytecode is for.
-fn key(python: &Path, harness_root: &Path) -> String {
+/// Which interpreter the bytecode is for, by its resolved path.
+fn key(python: &Path) -> String {
     let python = std::fs::canonicalize(python).unwrap_or_else(|_| python.to_path_buf());
     let mut hasher = Sha256::new();
     hasher.update(python.as_os_str().as_encoded_bytes());
-    hasher.update([0]);
-    hasher.update(harness_root.as_os_str().as_encoded_bytes());
     hex(&hasher.finalize()[..8])
 }
 
-/// Compiles into a staging directory renamed into place, under a lock so that judges starting
-/// together compile once and the others wait for it.
+/// Marks a harness (named by its content-hashed directory) as compiled.
+fn harness_stamp(harness_root: &Path) -> String {
+    let name = harness_root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(".compiled-{name}")
+}
+
+/// Under a lock, so that judges starting together compile once and the others wait: the
+/// packages into a staging directory renamed into place, or, where they are there already,
+/// only the harness, in place (Python writes each file atomically).
 fn compile_once(
     cache: &Path,
     dir: &Path,
     python: &Path,
     harness_root: &Path,
+    harness_stamp: &str,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(cache)?;
     let lock = File::create(dir.with_extension("lock"))?;
     lock.lock()?;
-    if dir.join(STAMP).exists() {
+    if dir.join(PACKAGES_STAMP).exists() {
+        if !dir.join(harness_stamp).exists() {
+            compile(python, harness_root, dir, "harness")?;
+            File::create(dir.join(harness_stamp))?;
+        }
         return Ok(());
     }
     let staging = tempfile::Builder::new()
         .prefix(".bytecode-")
         .tempdir_in(cache)?;
+    compile(python, harness_root, staging.path(), "all")?;
+    File::create(staging.path().join(harness_stamp))?;
+    File::create(staging.path().join(PACKAGES_STAMP))?;
+    let staged = staging.keep();
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&staged, dir)
+}
+
+fn compile(python: &Path, harness_root: &Path, into: &Path, what: &str) -> std::io::Result<()> {
     let status = Command::new(python)
         .args(["-c", COMPILE])
         .arg(harness_root)
+        .arg(what)
         .env_clear()
-        .env("PYTHONPYCACHEPREFIX", staging.path())
+        .env("PYTHONPYCACHEPREFIX", into)
         .envs(std::env::var_os("PATH").map(|p| ("PATH", p)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()?;
-    if !status.success() {
-        return Err(std::io::Error::other(format!(
-            "{} could not compile the packages ({status})",
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "{} could not compile {what} ({status})",
             python.display()
-        )));
+        )))
     }
-    File::create(staging.path().join(STAMP))?;
-    let staged = staging.keep();
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&staged, dir)
 }
 
 #[cfg(test)]
@@ -111,11 +134,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_key_depends_on_the_interpreter_and_the_harness() {
-        let a = key(Path::new("/nonexistent/python"), Path::new("/h1"));
-        assert_eq!(a, key(Path::new("/nonexistent/python"), Path::new("/h1")));
-        assert_ne!(a, key(Path::new("/nonexistent/python"), Path::new("/h2")));
-        assert_ne!(a, key(Path::new("/nonexistent/python3"), Path::new("/h1")));
+    fn one_directory_per_interpreter_one_stamp_per_harness() {
+        let a = key(Path::new("/nonexistent/python"));
+        assert_eq!(a, key(Path::new("/nonexistent/python")));
+        assert_ne!(a, key(Path::new("/nonexistent/python3")));
+        assert_eq!(
+            harness_stamp(Path::new("/c/harness-ab12")),
+            ".compiled-harness-ab12"
+        );
+    }
+
+    /// A second harness adds its bytecode to the interpreter's directory; the packages are not
+    /// compiled again. (The system `python3` has no torch: only the harnesses are compiled.)
+    #[test]
+    fn a_new_harness_is_compiled_into_the_same_directory() {
+        let cache = tempfile::tempdir().expect("temp dir");
+        let python = Path::new("/usr/bin/python3");
+        if !python.exists() {
+            eprintln!("skipped: no /usr/bin/python3");
+            return;
+        }
+        let harness = |name: &str| {
+            let root = cache.path().join(name);
+            std::fs::create_dir_all(root.join("pkg")).expect("mkdir");
+            std::fs::write(root.join("pkg/module.py"), "X = 1\n").expect("write");
+            root
+        };
+        let (first, second) = (harness("harness-aaaa"), harness("harness-bbbb"));
+        let dir = prepare(cache.path(), python, &first).expect("bytecode for the first");
+        assert_eq!(prepare(cache.path(), python, &second), Some(dir.clone()));
+        for root in [&first, &second] {
+            let relative = root
+                .join("pkg")
+                .strip_prefix("/")
+                .expect("absolute")
+                .to_path_buf();
+            let compiled = std::fs::read_dir(dir.join(relative))
+                .expect("the harness's bytecode")
+                .filter_map(Result::ok)
+                .any(|e| e.file_name().to_string_lossy().starts_with("module."));
+            assert!(compiled, "no bytecode for {}", root.display());
+        }
+        let dirs = std::fs::read_dir(cache.path())
+            .expect("cache")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("bytecode-"))
+            .filter(|e| e.path().is_dir())
+            .count();
+        assert_eq!(dirs, 1);
     }
 
     #[test]
