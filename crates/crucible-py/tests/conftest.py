@@ -8,6 +8,9 @@ import crucible
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+# scripts/test-python's second run of the verl tests, with verl 0.9.1 on PYTHONPATH (an overlay of
+# crates/crucible-py/requirements-verl.lock): the tests then assert the real verl classes are used.
+REAL_VERL = os.environ.get("CRUCIBLE_REAL_VERL") == "1"
 
 
 def solution(name: str, kind: str = "solutions") -> str:

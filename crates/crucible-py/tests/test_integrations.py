@@ -3,9 +3,7 @@
 import json
 
 import crucible
-import numpy as np
 import pytest
-import torch
 from conftest import solution
 from crucible.scoring import KernelScorer
 
@@ -69,62 +67,6 @@ def _infra_doc():
     ).to_dict()
     doc["verdict"], doc["correct"] = "infra_error", False
     return doc
-
-
-class _Tok:
-    def __init__(self, texts):
-        self.texts = texts
-
-    def decode(self, ids, skip_special_tokens=True):
-        return self.texts[int(ids[0])]
-
-
-class _Batch(dict):
-    pass
-
-
-class _DataProto:
-    """The parts of verl's DataProto a reward manager reads (verl itself is not installed:
-    verl 0.9.1 pins transformers<5.11 and ray; see scripts/test-python)."""
-
-    def __init__(self, texts, tasks):
-        n = len(texts)
-        self.batch = _Batch(
-            prompts=torch.zeros((n, 2), dtype=torch.long),
-            responses=torch.tensor([[i, 0, 0] for i in range(n)]),
-            attention_mask=torch.ones((n, 5), dtype=torch.long),
-            response_mask=torch.ones((n, 3), dtype=torch.long),
-        )
-        self.non_tensor_batch = {
-            "reward_model": np.array([{"ground_truth": t} for t in tasks], dtype=object),
-            "data_source": np.array(["crucible"] * n, dtype=object),
-        }
-
-    def __len__(self):
-        return len(self.batch["responses"])
-
-
-def test_verl_compute_score_and_batch_manager(judge, monkeypatch):
-    from crucible.integrations import verl
-
-    monkeypatch.setattr(verl, "_scorer", KernelScorer(judge=judge, recipe="tiered"))
-    ok = fenced(solution("01_relu"))
-    score = verl.compute_score("crucible", ok, "01_relu", {})
-    assert score == crucible.Recipe("tiered", flag_penalty=0.1).reward(
-        judge.evaluate(
-            crucible.builtin_tasks()["01_relu"], solution("01_relu"), task_name="01_relu"
-        )
-    )
-    batch = verl.compute_score_batch(["c", "c"], [ok, "no code"], ["01_relu", "16_swish"], [{}, {}])
-    assert [b["verdict"] for b in batch] == ["correct", "void"]
-    texts = [ok, fenced(solution("02_gelu_tanh", "wrong"))]
-    data = _DataProto(texts, ["01_relu", "02_gelu_tanh"])
-    manager = verl.CrucibleRewardManager(_Tok(texts), 0, None)
-    out = manager(data, return_dict=True)
-    assert out["reward_tensor"].shape == (2, 3)
-    assert out["reward_tensor"][0, 2] == pytest.approx(score)
-    assert out["reward_extra_info"]["crucible_verdict"] == ["correct", "incorrect"]
-    assert out["reward_extra_info"]["crucible_infra_error_dropped"] == [0, 0]
 
 
 def test_openenv_server_reset_step_state(judge):

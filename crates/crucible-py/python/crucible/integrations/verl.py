@@ -1,12 +1,13 @@
 """verl: a ``custom_reward_function`` and a batch reward manager.
 
-verl config (copy into your PPO/GRPO config)::
+verl 0.9.1 config (copy into your PPO/GRPO config)::
 
-    custom_reward_function:
-      path: /path/to/site-packages/crucible/integrations/verl.py   # python -c "import crucible.integrations.verl as m; print(m.__file__)"
-      name: compute_score_batch
-    reward_model:
-      reward_manager: batch          # verl's BatchRewardManager calls compute_score_batch once per batch
+    reward:
+      custom_reward_function:
+        path: pkg://crucible.integrations.verl   # by module name: a file path loses the package
+        name: compute_score
+      reward_manager:
+        name: naive          # verl's reward loop calls compute_score once per row
 
 Each row's ``reward_model.ground_truth`` is the task name (a builtin task, or one in the JSON file
 ``CRUCIBLE_TASKS`` names: ``{name: source}``); ``extra_info["task_source"]`` overrides it. Recipe
@@ -15,9 +16,12 @@ and judge come from ``CRUCIBLE_RECIPE`` (default ``tiered``), ``CRUCIBLE_DEVICE`
 
 An ``infra_error`` has no reward, and verl's stock managers need one for every row, so
 ``compute_score``/``compute_score_batch`` raise :class:`InfraErrorNoReward` rather than invent one.
-:class:`CrucibleRewardManager` (verl's ``AbstractRewardManager`` interface, registered as
-``crucible`` when verl is importable) drops such rows instead: reward 0 and ``response_mask``
-zeroed, so they carry no loss, counted in ``reward_extra_info["crucible_infra_error_dropped"]``.
+:class:`CrucibleRewardManager` (verl's batch ``AbstractRewardManager``, registered as ``crucible``
+in ``verl.workers.reward_manager`` when verl imports; 0.9.1's trainer resolves managers from its
+reward loop's registry instead, so this serves code that calls batch managers itself) drops such
+rows instead: reward 0 and ``response_mask`` zeroed, so they carry no loss, counted in
+``reward_extra_info["crucible_infra_error_dropped"]``. The multi-turn agent loop
+(:mod:`crucible.integrations.verl_agent`) judges in the rollout and drops them the same way.
 Rollout log-probs stay in the batch untouched, so MRS (``crucible.advantages(mrs=True)``) can run.
 Multi-turn rollouts with the judge's feedback: :mod:`crucible.integrations.verl_agent`.
 """
@@ -93,14 +97,28 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     ]
 
 
-class CrucibleRewardManager:
-    """A verl reward manager that judges the whole batch at once and drops infra errors."""
+try:  # verl's interface and registry, where verl imports (0.9.1 needs ray, tensordict, hydra).
+    from verl.workers.reward_manager import register as _register_manager
+    from verl.workers.reward_manager.abstract import AbstractRewardManager as _ManagerBase
+
+    HAVE_VERL = True
+except ImportError:  # verl absent: the class works standalone on anything shaped like DataProto.
+    HAVE_VERL = False
+    _ManagerBase = object
+
+
+class CrucibleRewardManager(_ManagerBase):
+    """A verl reward manager that judges the whole batch at once and drops infra errors.
+
+    verl's ``AbstractRewardManager`` (``(tokenizer, num_examine, compute_score, reward_fn_key)``,
+    ``__call__(data: DataProto, return_dict)``); ``compute_score`` is unused (the judge scores)."""
 
     def __init__(
         self, tokenizer, num_examine=0, compute_score=None, reward_fn_key="data_source", **kwargs
     ):
         self.tokenizer = tokenizer
         self.num_examine = num_examine
+        self.compute_score = compute_score
         self.reward_fn_key = reward_fn_key
 
     def __call__(self, data, return_dict: bool = False):
@@ -137,14 +155,12 @@ class CrucibleRewardManager:
         return reward_tensor
 
 
-def _register() -> None:
-    try:
-        from verl.workers.reward_manager import register
-    # verl absent or not importable here: the class still works standalone.
-    except Exception:  # noqa: BLE001
-        return
-    register("crucible")(CrucibleRewardManager)
-
-
-_register()
-__all__ = ["CrucibleRewardManager", "InfraErrorNoReward", "compute_score", "compute_score_batch"]
+if HAVE_VERL:
+    _register_manager("crucible")(CrucibleRewardManager)
+__all__ = [
+    "HAVE_VERL",
+    "CrucibleRewardManager",
+    "InfraErrorNoReward",
+    "compute_score",
+    "compute_score_batch",
+]

@@ -25,11 +25,18 @@ verl config (the loop file registers the name; rows pick it with ``agent_name``)
 Dataset rows: ``prompt`` (chat messages, e.g. ``[{"role": "user", "content":
 crucible.first_turn(name, source)}]``) and ``reward_model.ground_truth`` = the task name.
 
-verl 0.9.1 cannot be imported without ray (``import verl`` imports it), so where verl is absent
-this module mirrors the interface of ``verl.experimental.agent_loop.AgentLoopBase`` (constructor
-arguments, ``async run(sampling_params, **row) -> AgentLoopOutput``, ``server_manager.generate
-(request_id=, prompt_ids=, sampling_params=) -> TokenOutput(token_ids, log_probs)``) and returns a
-dataclass of the same fields; with verl importable it subclasses and registers the real ones.
+verl's constructor (``AgentLoopWorker`` instantiates the registered class through hydra)::
+
+    KernelAgentLoop(trainer_config=DictConfigWrap(config), server_manager=..., tokenizer=...,
+                    processor=..., dataset_cls=..., data_config=DictConfigWrap(config.data),
+                    hf_model_type=..., tools=...)
+
+It reads ``actor_rollout_ref.rollout.{prompt_length, response_length}`` and
+``data.apply_chat_template_kwargs``. With verl importable (0.9.1 imports ray, hydra, omegaconf and
+tensordict) the loop subclasses verl's ``AgentLoopBase``, registers in its agent-loop registry and
+returns verl's ``AgentLoopOutput``; where it is not, this module defines stand-ins of the same
+constructor and fields (``DictConfigWrap``, ``AgentLoopBase``, ``AgentLoopOutput``), so the loop
+runs the same code either way. The tests run both (scripts/test-python).
 
 Honesty: an ``infra_error`` ends the rollout with ``reward_score`` 0 and every response token
 masked (no loss from it), counted in ``extra_fields["crucible_infra_error_dropped"]``.
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,42 +58,60 @@ try:  # verl's own base class and registry, where verl imports (it needs ray).
     from verl.experimental.agent_loop.agent_loop import (  # type: ignore[import-not-found]
         AgentLoopBase,
         AgentLoopOutput,
+        DictConfigWrap,
         register,
     )
 
     HAVE_VERL = True
-except Exception:  # noqa: BLE001 (verl absent, or present without ray)
+except ImportError:  # verl absent, or present without ray, hydra, tensordict
     HAVE_VERL = False
 
+    class DictConfigWrap:  # type: ignore[no-redef]
+        """verl's wrapper that keeps hydra from resolving a config passed to a constructor."""
+
+        def __init__(self, config):
+            self.config = config
+
     class AgentLoopBase:  # type: ignore[no-redef]
-        """The constructor of verl's ``AgentLoopBase`` (the parts this loop reads)."""
+        """verl 0.9.1's ``AgentLoopBase`` constructor, less the continuous-token builder and
+        event loop (multimodal tokenization this loop does not use)."""
 
         def __init__(
             self,
-            trainer_config=None,
-            server_manager=None,
-            tokenizer=None,
-            processor=None,
-            dataset_cls=None,
-            data_config=None,
+            trainer_config: DictConfigWrap,
+            server_manager,
+            tokenizer,
+            processor,
+            dataset_cls,
+            data_config: DictConfigWrap,
+            hf_model_type: str | None = None,
             **kwargs,
         ):
-            self.config = getattr(trainer_config, "config", trainer_config)
+            self.config = trainer_config.config
+            self.rollout_config = self.config.actor_rollout_ref.rollout
             self.server_manager = server_manager
             self.tokenizer = tokenizer
             self.processor = processor
+            self.dataset_cls = dataset_cls
+            self.data_config = data_config.config
+            self.apply_chat_template_kwargs = self.data_config.get("apply_chat_template_kwargs", {})
+
+        def _cap_text_prompt_length(self, prompt_ids: list[int]) -> list[int]:
+            """verl's: a prompt over ``rollout.prompt_length`` keeps its last tokens."""
+            return prompt_ids[-self.rollout_config.prompt_length :]
 
     @dataclass
     class AgentLoopOutput:  # type: ignore[no-redef]
-        """The fields of verl's ``AgentLoopOutput`` this loop fills."""
+        """The fields of verl's ``AgentLoopOutput`` this loop fills (``metrics`` is verl's
+        ``AgentLoopMetrics`` there, a dict here)."""
 
         prompt_ids: list[int]
         response_ids: list[int]
         response_mask: list[int]
+        metrics: dict[str, Any]
         response_logprobs: list[float] | None = None
         reward_score: float | None = None
         num_turns: int = 0
-        metrics: dict[str, Any] = field(default_factory=dict)
         extra_fields: dict[str, Any] = field(default_factory=dict)
 
     def register(agent_name: str):  # type: ignore[no-redef]
@@ -107,8 +133,7 @@ class KernelAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.max_turns = int(os.environ.get("CRUCIBLE_MAX_TURNS", "3"))
         self.feedback_tokens = int(os.environ.get("CRUCIBLE_FEEDBACK_TOKENS", "512"))
-        rollout = getattr(self, "rollout_config", None)
-        self.response_length = getattr(rollout, "response_length", None)
+        self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **row) -> AgentLoopOutput:
         scorer = _verl.scorer()
@@ -116,14 +141,20 @@ class KernelAgentLoop(AgentLoopBase):
             [(row.get("reward_model") or {}).get("ground_truth")], [row.get("extra_info")], scorer
         )[0]
         messages = list(row["raw_prompt"])
-        prompt_ids = self._chat_ids(messages, add_generation_prompt=True)
+        prompt_ids = self._cap_text_prompt_length(
+            self._chat_ids(messages, add_generation_prompt=True)
+        )
         context = list(prompt_ids)
         response, mask, logprobs, turns = [], [], [], []
+        # verl's AgentLoopMetrics: seconds spent generating and judging.
+        metrics = {"generate_sequences": 0.0, "compute_score": 0.0}
         infra = False
         while True:
+            began = time.perf_counter()
             out = await self.server_manager.generate(
                 request_id=uuid.uuid4().hex, prompt_ids=context, sampling_params=sampling_params
             )
+            metrics["generate_sequences"] += time.perf_counter() - began
             tokens, lps = list(out.token_ids), out.log_probs
             start = len(response)
             response += tokens
@@ -131,7 +162,9 @@ class KernelAgentLoop(AgentLoopBase):
             logprobs += list(lps) if lps else [0.0] * len(tokens)
             context += tokens
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            began = time.perf_counter()
             [result] = await asyncio.to_thread(scorer.judge_batch, [name], [text])
+            metrics["compute_score"] += time.perf_counter() - began
             reward = scorer._reward(name, result)
             verdict = "void" if result is None else result.verdict
             turns.append(
@@ -158,7 +191,7 @@ class KernelAgentLoop(AgentLoopBase):
             mask += [0] * len(delta)
             logprobs += [0.0] * len(delta)
             context += delta
-        return self._output(prompt_ids, response, mask, logprobs, turns, infra)
+        return self._output(prompt_ids, response, mask, logprobs, turns, infra, metrics)
 
     def _user_turn_tokens(self, note: str) -> list[int]:
         """The tokens a user turn adds after an assistant turn, with the generation prompt: the
@@ -173,15 +206,19 @@ class KernelAgentLoop(AgentLoopBase):
         return full[len(base) :]
 
     def _chat_ids(self, messages, **kwargs) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, tokenize=True, **kwargs)
+        ids = self.tokenizer.apply_chat_template(
+            messages, tokenize=True, **kwargs, **self.apply_chat_template_kwargs
+        )
         # transformers 5 answers a BatchEncoding, 4 a list.
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def _full(self, response: list[int]) -> bool:
-        return self.response_length is not None and len(response) >= self.response_length
+        return len(response) >= self.response_length
 
-    def _output(self, prompt_ids, response, mask, logprobs, turns, infra) -> AgentLoopOutput:
-        n = self.response_length or len(response)
+    def _output(
+        self, prompt_ids, response, mask, logprobs, turns, infra, metrics
+    ) -> AgentLoopOutput:
+        n = self.response_length
         if infra:
             mask = [0] * len(mask)
         rewards = [t["reward"] for t in turns]
@@ -192,7 +229,7 @@ class KernelAgentLoop(AgentLoopBase):
             response_logprobs=logprobs[:n],
             reward_score=0.0 if infra else rewards[-1],
             num_turns=2 * len(turns),
-            metrics={},
+            metrics=metrics,
             extra_fields={
                 "turn_scores": [0.0 if r is None else r for r in rewards],
                 "crucible_turns": turns,
@@ -201,4 +238,4 @@ class KernelAgentLoop(AgentLoopBase):
         )
 
 
-__all__ = ["AGENT_NAME", "HAVE_VERL", "KernelAgentLoop"]
+__all__ = ["AGENT_NAME", "HAVE_VERL", "DictConfigWrap", "KernelAgentLoop"]
