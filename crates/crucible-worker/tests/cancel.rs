@@ -5,52 +5,16 @@
 //! judge's stage.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crucible_judge::{Device, EvalConfig, Runtime, StageLimits};
+use crucible_judge::{Device, EvalConfig, StageLimits};
 use crucible_queue::{Store, TaskSpec, TaskState, WorkerInfo};
 use crucible_worker::{Engine, EngineOptions, LoopConfig, Tuning, run_worker};
 
-/// An honest ReLU whose `forward` then sleeps far longer than the test runs.
-const SLOW_RELU: &str = r#"
-import time
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+mod common;
 
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        y = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
-        time.sleep(600)
-        return y
-"#;
-
-fn fixture(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../crucible-judge/tests/fixtures")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn runtime() -> Option<Runtime> {
-    match Runtime::discover() {
-        Ok(runtime) => Some(runtime),
-        Err(error) => {
-            eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
-            None
-        }
-    }
-}
+use common::{fixture, runtime};
 
 fn spec(name: &str, candidate: &str) -> TaskSpec {
     let mut spec = TaskSpec::new(name, fixture("task_relu.py"), candidate);
@@ -154,7 +118,7 @@ fn a_cancelled_evaluation_is_killed_within_seconds_and_the_worker_moves_on() {
     };
     let config = LoopConfig::new(worker, 2);
     let slow = store
-        .submit(None, vec![spec("slow_relu", SLOW_RELU)])
+        .submit(None, vec![spec("slow_relu", &fixture("slow_relu.py"))])
         .expect("submit")
         .remove(0);
     let stop = AtomicBool::new(false);

@@ -11,23 +11,9 @@ use crucible_result::{EvalResult, Verdict};
 use crucible_worker::engine::{EngineEvent, Probe, evaluate_all};
 use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
 
-fn fixture(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../crucible-judge/tests/fixtures")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+mod common;
 
-/// The judge's runtime, or `None` (with a message) where this machine has none.
-fn runtime() -> Option<Runtime> {
-    match Runtime::discover() {
-        Ok(runtime) => Some(runtime),
-        Err(error) => {
-            eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
-            None
-        }
-    }
-}
+use common::{fixture, runtime};
 
 fn job(task: &str, candidate: &str, seed: u64) -> Job {
     Job {

@@ -20,28 +20,6 @@ use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// An honest ReLU whose `forward` then sleeps: it stays in its first trial until cancelled.
-const SLOW_RELU: &str = r#"
-import time
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        y = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
-        time.sleep(600)
-        return y
-"#;
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -255,7 +233,11 @@ fn the_home_page_follows_a_judged_and_a_cancelled_task_live_and_the_evaluation_p
         .expect("mark the page");
 
     // The worker row shows the slow task in its judge stage (a trial), live.
-    let slow = serve.submit("01_relu", SLOW_RELU);
+    // An honest ReLU whose `forward` then sleeps: it stays in its first trial until cancelled.
+    let slow = serve.submit(
+        "01_relu",
+        &read("crates/crucible-judge/tests/fixtures/slow_relu.py"),
+    );
     let stage = wait_for(
         "the worker row to show the slow task in a trial",
         Duration::from_secs(60),
