@@ -151,10 +151,23 @@ fn the_network_is_unreachable() {
     let udp = UdpSocket::bind("127.0.0.1:0").expect("udp socket");
     udp.set_nonblocking(true).unwrap();
     let dir = test_dir("network");
+    // On a GPU the seccomp ban on Unix sockets is off (CUDA needs them) and nothing else stops
+    // a connect to a socket file the candidate can name: the sandbox claims only to hide /run's,
+    // and every result says the ban is off (checked here). The attempt is left out there.
+    let missing = test_sandbox().missing_features();
+    let unix_ban_off = missing
+        .iter()
+        .any(|m| m.starts_with("the seccomp ban on Unix sockets"));
+    assert_eq!(unix_ban_off, test_device().is_gpu(), "{missing:?}");
     let unix_path = dir.join("judge.sock");
     let _ = std::fs::remove_file(&unix_path);
     let unix = UnixListener::bind(&unix_path).expect("unix listener");
     unix.set_nonblocking(true).unwrap();
+    let unix_target = if unix_ban_off {
+        String::new()
+    } else {
+        unix_path.display().to_string()
+    };
     let abstract_name = format!("crucible-sandbox-test-{}", std::process::id());
     let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
     let abstract_socket = UnixListener::bind_addr(&addr).expect("abstract listener");
@@ -165,7 +178,7 @@ fn the_network_is_unreachable() {
         &[
             ("TCP_PORT", tcp.local_addr().unwrap().port().to_string()),
             ("UDP_PORT", udp.local_addr().unwrap().port().to_string()),
-            ("UNIX_PATH", unix_path.display().to_string()),
+            ("UNIX_PATH", unix_target),
             ("ABSTRACT_NAME", abstract_name),
         ],
         &config(),
@@ -277,7 +290,15 @@ fn a_fork_bomb_hits_the_process_limit() {
         max_processes: 64,
         ..test_sandbox()
     });
-    let result = judge("sandbox_fork_bomb.py", &[("TRIES", "300".into())], &cfg);
+    // More tries than the limit this host enforces (299 at the least where only the PID
+    // namespace's pid_max does).
+    let limit = cfg
+        .sandbox
+        .as_ref()
+        .and_then(Sandbox::process_limit)
+        .expect("this host enforces no process limit on the candidate");
+    let tries = (limit + 20).to_string();
+    let result = judge("sandbox_fork_bomb.py", &[("TRIES", tries)], &cfg);
     assert_contained(&result);
     assert_worker_goes_on();
 }
@@ -419,13 +440,13 @@ fn a_confined_process_may_write_its_own_proc_entries_only() {
     assert!(!run("echo 1 > /proc/sys/vm/drop_caches"));
 }
 
-/// Forks sleeping children until fork fails (at most 200), then writes "<uid> <children>" to
-/// the file `FORKED_REPORT` names.
+/// Forks sleeping children until fork fails (at most `FORK_TRIES`), then writes
+/// "<uid> <children>" to the file `FORKED_REPORT` names.
 const FORK_COUNTER: &str = "
 import os, signal, time
 kids = []
 try:
-    for _ in range(200):
+    for _ in range(int(os.environ['FORK_TRIES'])):
         pid = os.fork()
         if pid == 0:
             time.sleep(30)
@@ -439,26 +460,20 @@ with open(os.environ['FORKED_REPORT'], 'w') as f:
     f.write(f'{os.getuid()} {len(kids)}')
 ";
 
-/// On a GPU the candidate stays uid 0, which `RLIMIT_NPROC` does not bind: there a pids cgroup
-/// is the process limit. Checked on any host with the GPU layers (confining needs no GPU).
-#[test]
-fn a_fork_bomb_as_uid_0_hits_the_cgroup_limit() {
-    let dir = test_dir("cgroup");
+/// Runs `FORK_COUNTER` under the GPU layers (uid 0, confining needs no GPU) with `sandbox`'s
+/// process limit; returns how many children it forked.
+fn fork_as_uid_0(name: &str, sandbox: Sandbox, tries: u64) -> u64 {
+    let dir = test_dir(name);
     let sandbox = Sandbox {
         gpu_devices: true,
-        max_processes: 32,
         read_write: vec![dir.clone()],
-        ..Sandbox::default()
+        ..sandbox
     };
-    let missing = sandbox.missing_features();
-    assert!(
-        !missing.iter().any(|m| m.starts_with("a process limit")),
-        "this host has no writable pids cgroup: {missing:?}"
-    );
     let report = dir.join("forked.txt");
     let mut command = Command::new(runtime().python);
     command
         .args(["-c", FORK_COUNTER])
+        .env("FORK_TRIES", tries.to_string())
         .env("FORKED_REPORT", &report);
     let status = sandbox
         .run(&runtime().python, &mut command)
@@ -468,9 +483,63 @@ fn a_fork_bomb_as_uid_0_hits_the_cgroup_limit() {
     assert!(status.success(), "{status}");
     let (uid, count) = forked.trim().split_once(' ').expect("uid and count");
     assert_eq!(uid, "0", "the GPU layers keep uid 0");
-    let count: u32 = count.parse().expect("count");
+    count.parse().expect("count")
+}
+
+/// On a GPU the candidate stays uid 0, which `RLIMIT_NPROC` does not bind: a pids cgroup is
+/// the exact process limit where the host has a writable one.
+#[test]
+fn a_fork_bomb_as_uid_0_hits_the_cgroup_limit() {
+    let sandbox = Sandbox {
+        gpu_devices: true,
+        max_processes: 32,
+        ..Sandbox::default()
+    };
+    if sandbox.process_limit() != Some(32) {
+        eprintln!(
+            "SKIPPED a_fork_bomb_as_uid_0_hits_the_cgroup_limit: this host has no writable pids \
+             cgroup ({:?}); the namespace pid_max test covers the limit here",
+            sandbox.missing_features()
+        );
+        return;
+    }
+    let count = fork_as_uid_0("cgroup", sandbox, 200);
     assert!(
         count < 32,
         "forked {count} children under a limit of 32 tasks"
+    );
+}
+
+/// Without a pids cgroup (switched off here; the two-GPU H200 host has none), the PID
+/// namespace's own pid_max holds a uid-0 candidate: 350 tasks, init not counted, so the
+/// counter (one task) forks at most 349 children, and about that many (nothing else stops it).
+#[test]
+fn a_fork_bomb_as_uid_0_without_a_cgroup_hits_the_namespace_pid_max() {
+    let sandbox = Sandbox {
+        gpu_devices: true,
+        max_processes: 350,
+        pids_cgroup: false,
+        ..Sandbox::default()
+    };
+    let Some(limit) = sandbox.process_limit() else {
+        eprintln!(
+            "SKIPPED a_fork_bomb_as_uid_0_without_a_cgroup_hits_the_namespace_pid_max: this \
+             kernel has no pid_max per PID namespace (Linux 6.14+)"
+        );
+        return;
+    };
+    assert_eq!(limit, 350);
+    assert!(
+        !sandbox
+            .missing_features()
+            .iter()
+            .any(|m| m.contains("process limit")),
+        "{:?}",
+        sandbox.missing_features()
+    );
+    let count = fork_as_uid_0("pid-max", sandbox, 600);
+    assert!(
+        (340..350).contains(&count),
+        "forked {count} children under a limit of 350 tasks"
     );
 }

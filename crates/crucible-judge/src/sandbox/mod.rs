@@ -27,8 +27,10 @@
 //! - **seccomp** ([`seccomp`]): no `AF_UNIX` sockets (Landlock does not cover connecting to a
 //!   socket file, and `CAP_DAC_OVERRIDE` would open root daemons' sockets such as docker.sock)
 //!   and no user namespaces (the kernel surface that most container escapes go through).
-//! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`; and a
-//!   **pids cgroup** ([`cgroup`]) with the same process limit, where the host has one.
+//! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`; a
+//!   **pids cgroup** ([`cgroup`]) with the same process limit, where the host has one; and the
+//!   PID namespace's own **pid_max** (Linux 6.14 and later keep it per namespace), which init
+//!   sets so the namespace holds at most the process limit (the kernel's floor: 299 tasks).
 //!
 //! Everything that allocates happens in the parent before fork: paths, the Landlock ruleset (the
 //! `landlock` crate), the seccomp filters (compiled to BPF by `seccompiler`), probing the kernel.
@@ -44,8 +46,10 @@
 //! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
 //! empty tmpfs over /run hides the daemons' sockets. uid 0 is exempt from `RLIMIT_NPROC`, so
 //! the process limit comes from a pids cgroup of the candidate's own where the host has a
-//! writable v1 pids hierarchy (on every host, not only GPU ones). Left open on a GPU: Unix
-//! sockets at paths outside /run.
+//! writable v1 pids hierarchy (on every host, not only GPU ones), and from the namespace's
+//! pid_max (measured on the two-GPU H200 host, which has no writable pids cgroup: without it a
+//! candidate forked 300 of 300 processes under a limit of 64). Left open on a GPU: Unix sockets
+//! at paths outside /run.
 
 mod caps;
 mod cgroup;
@@ -86,6 +90,9 @@ pub struct Sandbox {
     pub gpu_layers: Layers,
     /// Landlock's signal and abstract-socket scoping (ABI 6); off only to diagnose.
     pub landlock_scoping: bool,
+    /// A pids cgroup per candidate where the host has one; off only to test the other process
+    /// limits.
+    pub pids_cgroup: bool,
 }
 
 /// The confinement layers that can be switched off one by one (the network namespace, the
@@ -193,6 +200,7 @@ impl Default for Sandbox {
             gpu_devices: false,
             gpu_layers: Layers::GPU_DEFAULT,
             landlock_scoping: true,
+            pids_cgroup: true,
         }
     }
 }
@@ -208,6 +216,8 @@ struct Support {
     pid_namespace: bool,
     own_user: bool,
     seccomp: bool,
+    /// pid_max is per PID namespace (Linux 6.14+): init can cap the tasks in the candidate's.
+    namespace_pid_max: bool,
     missing: Vec<&'static str>,
 }
 
@@ -219,6 +229,7 @@ fn support() -> &'static Support {
         let net_namespace = probe(&|| unsafe { libc::unshare(libc::CLONE_NEWNET) == 0 });
         let ipc_namespace = probe(&|| unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 });
         let pid_namespace = probe(&pid::namespace_works);
+        let namespace_pid_max = pid_namespace && pid::namespace_pid_max_works();
         let own_user = probe(&|| unsafe { caps::become_user(caps::own_uid()).is_ok() });
         // Compiled here, before the fork: the probe only installs it.
         let seccomp = seccomp::Filters::build(false)
@@ -256,6 +267,7 @@ fn support() -> &'static Support {
             pid_namespace,
             own_user,
             seccomp,
+            namespace_pid_max,
             missing,
         }
     })
@@ -317,11 +329,42 @@ impl Sandbox {
                 );
             }
         }
-        let own_user = support().own_user && self.layers().own_user;
-        if !own_user && !cgroup::host_has_pids_cgroup() {
-            missing.push("a process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup is writable)");
+        if self.process_limit().is_none() {
+            missing.push(
+                "a process limit (uid 0 is exempt from RLIMIT_NPROC, no pids cgroup is writable \
+                 and the kernel has no pid_max per PID namespace)",
+            );
+        } else if self.process_limit() != Some(self.max_processes) {
+            missing.push(
+                "an exact process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup \
+                 is writable: the PID namespace's pid_max holds the candidate to 299 tasks at \
+                 the least)",
+            );
         }
         missing
+    }
+
+    /// The most tasks (processes and threads) the candidate can have on this host: the limit
+    /// asked for, or more where only the PID namespace's pid_max (at least 299 tasks) enforces
+    /// it; `None` where nothing does.
+    pub fn process_limit(&self) -> Option<u64> {
+        let support = support();
+        let layers = self.layers();
+        if (support.own_user && layers.own_user)
+            || (self.pids_cgroup && cgroup::host_has_pids_cgroup())
+        {
+            Some(self.max_processes)
+        } else if support.pid_namespace && layers.pid_namespace && support.namespace_pid_max {
+            Some(self.namespace_pid_max() - 2)
+        } else {
+            None
+        }
+    }
+
+    /// The pid_max init sets in the candidate's namespace: room for init and `max_processes`
+    /// tasks, never below the kernel's floor.
+    fn namespace_pid_max(&self) -> u64 {
+        self.max_processes.saturating_add(2).max(pid::PID_MAX_FLOOR)
     }
 
     /// Everything `enter` needs, built before fork: the Landlock ruleset, the seccomp filters and
@@ -360,7 +403,11 @@ impl Sandbox {
         if support.ipc_namespace && layers.ipc_namespace {
             namespaces |= libc::CLONE_NEWIPC;
         }
-        let cgroup = PidsCgroup::create(self.max_processes)?;
+        let cgroup = if self.pids_cgroup {
+            PidsCgroup::create(self.max_processes)?
+        } else {
+            None
+        };
         let cgroup_procs = cgroup.as_ref().map(PidsCgroup::procs_path).transpose()?;
         let confinement = Confinement {
             landlock,
@@ -371,6 +418,7 @@ impl Sandbox {
             max_processes: self.max_processes,
             namespaces,
             pid_namespace: support.pid_namespace && layers.pid_namespace,
+            pid_max: support.namespace_pid_max.then(|| self.namespace_pid_max()),
             own_user: support.own_user && layers.own_user,
         };
         Ok((confinement, cgroup))
@@ -415,6 +463,8 @@ pub(crate) struct Confinement {
     /// `CLONE_NEW*` flags to unshare besides the PID namespace.
     namespaces: libc::c_int,
     pid_namespace: bool,
+    /// The pid_max init sets in the PID namespace (where the kernel keeps one per namespace).
+    pid_max: Option<u64>,
     own_user: bool,
 }
 
@@ -442,7 +492,7 @@ impl Confinement {
             let uid = caps::own_uid();
             if self.pid_namespace {
                 check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
-                pid::enter(self.namespaces, self.landlock.as_ref())?;
+                pid::enter(self.namespaces, self.landlock.as_ref(), self.pid_max)?;
             } else if self.namespaces != 0 {
                 check(libc::unshare(self.namespaces))?;
             }

@@ -36,8 +36,116 @@ pub(super) fn namespace_works() -> bool {
     }
 }
 
+/// The smallest pid_max the kernel accepts (`RESERVED_PIDS` + 1): a namespace's own pid_max can
+/// hold it to `PID_MAX_FLOOR - 1` tasks, init included, and no fewer.
+pub(super) const PID_MAX_FLOOR: u64 = 301;
+
+/// Whether this kernel keeps pid_max per PID namespace (Linux 6.14 and later), so that init can
+/// cap the number of tasks in the candidate's namespace. Decided by the kernel's release: on an
+/// older kernel the same file is the host's one pid_max, which a probe must never write.
+pub(super) fn namespace_pid_max_works() -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut numbers = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    if version < (6, 14) {
+        return false;
+    }
+    let host_before = std::fs::read_to_string("/proc/sys/kernel/pid_max");
+    // SAFETY: raw system calls in a throwaway forked child (see `super::probe`).
+    let works = super::probe(&|| unsafe {
+        if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0 {
+            return false;
+        }
+        let pid = libc::fork();
+        if pid == 0 {
+            let capped = mount_private_proc(None).is_ok()
+                && cap_namespace_tasks(PID_MAX_FLOOR).is_ok()
+                && read_pid_max() == Some(PID_MAX_FLOOR);
+            libc::_exit(if capped { 0 } else { 1 });
+        }
+        let mut status = 0;
+        pid > 0
+            && libc::waitpid(pid, &mut status, 0) == pid
+            && libc::WIFEXITED(status)
+            && libc::WEXITSTATUS(status) == 0
+    });
+    // The host's own value must not have moved (it would, were the file not per namespace).
+    works && std::fs::read_to_string("/proc/sys/kernel/pid_max").ok() == host_before.ok()
+}
+
+/// Sets pid_max of the calling process's PID namespace (as shown by the /proc mounted for it):
+/// at most `pid_max - 1` tasks can then live in the namespace. Only where
+/// `namespace_pid_max_works`.
+///
+/// # Safety
+///
+/// Raw system calls only: runs in init, between fork and exec.
+unsafe fn cap_namespace_tasks(pid_max: u64) -> io::Result<()> {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = pid_max;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let text = &digits[start..];
+    // SAFETY: a static NUL-terminated path and a valid buffer of the length written.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/sys/kernel/pid_max".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        );
+        check(fd)?;
+        let written = libc::write(fd, text.as_ptr().cast(), text.len());
+        let write_error = io::Error::last_os_error();
+        libc::close(fd);
+        if written != text.len() as isize {
+            return Err(write_error);
+        }
+    }
+    Ok(())
+}
+
+/// pid_max as the calling process's /proc shows it.
+unsafe fn read_pid_max() -> Option<u64> {
+    let mut buffer = [0u8; 24];
+    // SAFETY: a static NUL-terminated path and a valid buffer of the length read.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/sys/kernel/pid_max".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buffer.as_mut_ptr().cast(), buffer.len());
+        libc::close(fd);
+        n
+    };
+    let mut value = 0u64;
+    for &byte in buffer.get(..usize::try_from(n).ok()?)? {
+        match byte {
+            b'0'..=b'9' => value = value * 10 + u64::from(byte - b'0'),
+            b'\n' => break,
+            _ => return None,
+        }
+    }
+    Some(value)
+}
+
 /// Supervisor → init → candidate, in new PID and mount namespaces (and those in `namespaces`).
-/// Returns in the candidate only.
+/// With `pid_max`, init sets the namespace's own pid_max to it before forking the candidate: the
+/// namespace then holds at most `pid_max - 1` tasks, init's included (the process limit of a
+/// uid-0 candidate where no pids cgroup is writable). Returns in the candidate only.
 ///
 /// # Safety
 ///
@@ -45,6 +153,7 @@ pub(super) fn namespace_works() -> bool {
 pub(super) unsafe fn enter(
     namespaces: libc::c_int,
     ruleset: Option<&PreparedRuleset>,
+    pid_max: Option<u64>,
 ) -> io::Result<()> {
     // SAFETY: raw system calls in the forked child (see the function's contract).
     unsafe {
@@ -69,6 +178,9 @@ pub(super) unsafe fn enter(
             libc::_exit(SUPERVISOR_FAILED);
         }
         mount_private_proc(ruleset)?;
+        if let Some(pid_max) = pid_max {
+            cap_namespace_tasks(pid_max)?;
+        }
         match libc::fork() {
             -1 => return Err(io::Error::last_os_error()),
             0 => {}
@@ -260,7 +372,7 @@ mod tests {
                 ("IPC_KEY", key.to_string()),
             ],
             // SAFETY: `enter` makes raw system calls only.
-            || unsafe { enter(libc::CLONE_NEWNET | libc::CLONE_NEWIPC, None) },
+            || unsafe { enter(libc::CLONE_NEWNET | libc::CLONE_NEWIPC, None, None) },
         );
         // SAFETY: removes the queue made above.
         unsafe { libc::msgctl(queue, libc::IPC_RMID, std::ptr::null_mut()) };
@@ -334,7 +446,7 @@ mod tests {
         let run = |ending: &str| {
             // SAFETY: `enter` makes raw system calls only.
             let output = layer_probe::run(name, &[("ENDING", ending.into())], || unsafe {
-                enter(0, None)
+                enter(0, None, None)
             });
             output.status
         };
