@@ -122,8 +122,41 @@ def summarize(path):
             for t in tasks
             if t.get("result") and t["result"].get("speedup")
         },
+        "speedups_by_gpu": speedups_by_gpu(tasks),
         "evaluations_metric": metric(view.get("metrics", ""), "crucible_evaluations_completed_total"),
     }
+
+
+def speedups_by_gpu(tasks):
+    """{(candidate, device): [speedup of each copy judged there]}."""
+    by = {}
+    for t in tasks:
+        result = t.get("result") or {}
+        if result.get("speedup"):
+            key = (t["labels"]["candidate"], result["env"]["device"])
+            by.setdefault(key, []).append(result["speedup"])
+    return by
+
+
+def copy_spread(by_gpu):
+    """The noise floor: how far the copies of one candidate judged on one GPU are apart, in
+    percent of the smallest (median and worst over the candidates with two copies or more)."""
+    spreads = [(max(xs) - min(xs)) / min(xs) * 100 for xs in by_gpu.values() if len(xs) > 1]
+    if not spreads:
+        return "n/a"
+    return f"median {statistics.median(spreads):.1f}%, worst {max(spreads):.1f}% over {len(spreads)}"
+
+
+def cross_gpu_within(by_gpu):
+    """Per candidate judged on two GPUs in one run: the difference of its median speedups."""
+    devices = sorted({d for _, d in by_gpu})
+    if len(devices) < 2:
+        return None
+    a, b = devices[0], devices[-1]
+    medians = {
+        d: {c: statistics.median(xs) for (c, dev), xs in by_gpu.items() if dev == d} for d in (a, b)
+    }
+    return f"{a} vs {b}: " + agreement(medians[a], medians[b])
 
 
 def metric(text, name):
@@ -156,6 +189,10 @@ def report(paths):
             print(f"  cut at its time limit: {s['results']} of {s['tasks']} finished")
         if s["killed"]:
             print(f"  kill -9: {json.dumps(s['killed'])}; every task has one result: {s['results'] == s['tasks']}")
+        print(f"  speedup spread between copies of one candidate on one GPU: {copy_spread(s['speedups_by_gpu'])}")
+        within = cross_gpu_within(s["speedups_by_gpu"])
+        if within:
+            print(f"  cross-GPU speedup agreement inside this run (median speedup per candidate and GPU), {within}")
     one = [runs[n]["per_hour"] for n in ("embedded_cuda0", "embedded_cuda1") if n in runs]
     for two in ("embedded_2gpu", "redis_2gpu"):
         if one and two in runs:
