@@ -6,11 +6,13 @@ Everything it reports is treated by the judge as a claim, not a fact.
 """
 
 import collections
+import contextlib
 import os
 import sys
+import threading
 import traceback
 
-from crucible_harness import common
+from crucible_harness import common, protocol
 
 CANDIDATE_MODULE = "crucible_candidate"
 
@@ -75,6 +77,60 @@ class LaunchRecorder:
             }
             for name, count in sorted(self.calls.items())
         ]
+
+
+class CompileNotes:
+    """During a `run` request, tells the judge when Triton compiles (see protocol.rs, "Notes"):
+    the judge lets its share of the GPU go while the compiler runs, so other evaluations' timed
+    phases do not wait for it, and takes it back before it answers `compiled`, so no kernel of
+    this process runs without it. Nested and concurrent compiles make one note pair."""
+
+    def __init__(self, chan):
+        self.chan = chan
+        self.active = False
+        self.depth = 0
+        self.lock = threading.Lock()
+
+    def install(self, jit):
+        notes = self
+        original = jit.JITFunction._do_compile
+
+        def _do_compile(self, *args, **kwargs):
+            notes.enter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                notes.leave()
+
+        jit.JITFunction._do_compile = _do_compile
+
+    @contextlib.contextmanager
+    def during(self):
+        """Notes are sent only inside this block: no other request expects them."""
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+
+    def enter(self):
+        with self.lock:
+            if not self.active:
+                return
+            if self.depth == 0:
+                self.chan.send({"note": "compiling"})
+            self.depth += 1
+
+    def leave(self):
+        with self.lock:
+            if self.depth == 0:
+                return
+            self.depth -= 1
+            if self.depth == 0:
+                self.chan.send({"note": "compiled"})
+                answer = self.chan.recv()
+                if answer != {"resumed": True}:
+                    raise protocol.ProtocolError(f"expected the judge's resumed, got {answer!r:.200}")
 
 
 def classify(exc, stage):
@@ -369,10 +425,19 @@ def main():
     recorder = LaunchRecorder()
     recorder.install(triton)
     chan, torch, _device = common.start("the candidate process", warm=warm_profiler)
+    from triton.runtime import jit
+
+    notes = CompileNotes(chan)
+    notes.install(jit)
     candidate = Candidate(torch, chan, recorder)
+
+    def run(msg):
+        with notes.during():
+            return candidate.run(msg)
+
     handlers = {
         "load": candidate.load,
-        "run": candidate.run,
+        "run": run,
         "time_open": candidate.time_open,
         "time": candidate.time,
         "time_deliver": candidate.time_deliver,

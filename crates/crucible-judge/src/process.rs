@@ -218,6 +218,44 @@ impl HarnessProcess {
         self.receive(timeout)
     }
 
+    /// [`HarnessProcess::request`], during which the child may also send notes
+    /// (`{"note": "..."}`, see `protocol.rs`): each goes to `on_note`, and what that returns, if
+    /// anything, is written back before waiting on. The deadline covers the whole exchange.
+    pub fn request_noting(
+        &mut self,
+        msg: &Value,
+        timeout: Duration,
+        on_note: &mut dyn FnMut(&str) -> Result<Option<Value>, String>,
+    ) -> Result<Value, ChannelError> {
+        let deadline = Instant::now() + timeout;
+        let mut reply = self.request(msg, timeout)?;
+        loop {
+            let Some(note) = note_of(&reply) else {
+                return Ok(reply);
+            };
+            if let Some(answer) = on_note(note).map_err(ChannelError::Protocol)? {
+                let mut bytes = serde_json::to_vec(&answer)
+                    .map_err(|e| ChannelError::Protocol(e.to_string()))?;
+                bytes.push(b'\n');
+                if let Err(e) = self.writer.write_all(&bytes) {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        return Err(ChannelError::Exited(self.reap()));
+                    }
+                    return Err(e.into());
+                }
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                self.kill();
+                return Err(ChannelError::Timeout(timeout));
+            }
+            reply = self.receive(remaining).map_err(|e| match e {
+                ChannelError::Timeout(_) => ChannelError::Timeout(timeout),
+                other => other,
+            })?;
+        }
+    }
+
     /// Waits briefly for the child to finish and records how it ended.
     fn reap(&mut self) -> ExitDescription {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -303,6 +341,15 @@ impl Drop for HarnessProcess {
             self.kill();
         }
     }
+}
+
+/// The text of a note (`{"note": "..."}` and nothing else), if `message` is one.
+fn note_of(message: &Value) -> Option<&str> {
+    let object = message.as_object()?;
+    if object.len() != 1 {
+        return None;
+    }
+    object.get("note")?.as_str()
 }
 
 fn drain_into(mut stream: Box<dyn Read + Send>, log: &Mutex<Vec<u8>>) {

@@ -9,6 +9,13 @@
 //! default. From the referee (trusted) that is an `infra_error`; from the candidate process,
 //! which runs hostile code that can write anything to its channel, it is the candidate's crash.
 //!
+//! Notes: during a `run` request (and only then) the candidate process sends
+//! `{"note": "compiling"}` before Triton compiles a kernel and `{"note": "compiled"}` after, and
+//! waits for `{"resumed": true}`: the judge lets its share of the GPU go while the compiler runs
+//! (other evaluations' timed phases need not wait for it) and takes it back before answering, so
+//! no kernel of the candidate runs without it. A note anywhere else is a protocol error.
+//! [`NOTE_COMPILING`], [`NOTE_COMPILED`], [`resumed`].
+//!
 //! The same shapes are written to `python/crucible_harness/protocol.json` as JSON Schema
 //! ([`document`]); the harness checks every request it receives and every reply it sends against
 //! it, and a test here fails when the checked-in file and these types drift apart.
@@ -19,6 +26,16 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// The candidate process is about to compile a Triton kernel (a note, see the module's doc).
+pub(crate) const NOTE_COMPILING: &str = "compiling";
+/// The compile is over; the candidate process waits for [`resumed`] before it goes on.
+pub(crate) const NOTE_COMPILED: &str = "compiled";
+
+/// The judge's answer to [`NOTE_COMPILED`]: the candidate process may use the GPU again.
+pub(crate) fn resumed() -> Value {
+    serde_json::json!({"resumed": true})
+}
 
 /// Which prepared input set a request is about: `trial_0`…, `repeat`, `timing`, `generalize`.
 pub(crate) type TrialKey = String;

@@ -295,3 +295,75 @@ fn versions_name_the_judge_and_the_python_side() {
         assert!(versions.contains(part), "{versions}");
     }
 }
+
+/// The scratch file `name` of a candidate process, once one has made it (`None` after `limit`).
+fn wait_for_scratch_file(name: &str, limit: Duration) -> Option<PathBuf> {
+    let deadline = Instant::now() + limit;
+    let parents = [PathBuf::from("/dev/shm"), std::env::temp_dir()];
+    while Instant::now() < deadline {
+        for parent in &parents {
+            let Ok(entries) = std::fs::read_dir(parent) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path().join(name);
+                if entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("crucible-cand-")
+                    && path.exists()
+                {
+                    return Some(path);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// While the candidate's process compiles (it says so, see protocol.rs), the judge holds no
+/// share of the GPU, so another evaluation's timed phase gets it at once; the judge takes its
+/// share back only after that phase is over, before the candidate's kernels run. The stand-in
+/// compile lasts 1.5 s; the test takes the lock exclusively during it and keeps it for 2 s.
+#[test]
+fn the_judge_lets_the_gpu_go_while_the_candidate_compiles() {
+    let Some(runtime) = runtime() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (probe, _events) = recorder();
+    let mut tuning = Tuning {
+        lock_file: Some(dir.path().join("gpu-notes.lock")),
+        ..tuning(Some(probe))
+    };
+    // The static verifier refuses the fixture (file access, a suppressed error); this tests
+    // the judge.
+    if let Some(base) = tuning.base.as_mut() {
+        base.verify_policy = None;
+    }
+    let options = EngineOptions {
+        concurrency: 1,
+        warm_pool: false,
+        reference_cache: false,
+        exclusive_timing: true,
+    };
+    let engine = engine(&runtime, options, tuning);
+    let marker = format!("compile-notes-{}", std::process::id());
+    let mut job = job("task_relu.py", "honest_relu.py", 1);
+    job.candidate_source = fixture("compile_notes_relu.py").replace("@MARKER@", &marker);
+    let lock = engine.gpu_lock().expect("a lock");
+    let (result, waited) = std::thread::scope(|scope| {
+        let evaluation = scope.spawn(|| engine.evaluate(&job));
+        let found = wait_for_scratch_file(&marker, Duration::from_secs(60));
+        let asked = Instant::now();
+        let held = found.map(|_| lock.acquire());
+        let waited = asked.elapsed();
+        std::thread::sleep(Duration::from_secs(2));
+        drop(held);
+        (evaluation.join().expect("the evaluation"), waited)
+    });
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert!(
+        waited < Duration::from_millis(700),
+        "a timed phase waited {waited:?} for a candidate that was compiling"
+    );
+}

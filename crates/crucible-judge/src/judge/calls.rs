@@ -48,6 +48,21 @@ pub(super) fn candidate_call<T: DeserializeOwned>(
     request: &CandidateRequest,
     timeout: Duration,
 ) -> Result<T, Stop> {
+    candidate_call_noting(candidate, stage, request, timeout, &mut |note: &str| {
+        Err(format!("a note ({note:?}) where none is expected"))
+    })
+}
+
+/// [`candidate_call`] for a request during which the candidate process sends notes (see
+/// `protocol.rs`), each handled by `on_note`; a note it refuses is the candidate's crash, like
+/// any message that does not fit the protocol.
+pub(super) fn candidate_call_noting<T: DeserializeOwned>(
+    candidate: &mut HarnessProcess,
+    stage: &str,
+    request: &CandidateRequest,
+    timeout: Duration,
+    on_note: &mut dyn FnMut(&str) -> Result<Option<serde_json::Value>, String>,
+) -> Result<T, Stop> {
     let failure = |class, message: String| {
         Stop::Candidate(Failure {
             class,
@@ -67,7 +82,7 @@ pub(super) fn candidate_call<T: DeserializeOwned>(
             detail: e.to_string(),
         })
     })?;
-    let reply = match candidate.request(&message, timeout) {
+    let reply = match candidate.request_noting(&message, timeout, on_note) {
         Ok(reply) => reply,
         Err(ChannelError::Timeout(limit)) => {
             return Err(failure(

@@ -11,7 +11,7 @@ use crucible_result::{
     Failure, FailureClass, Finding, Launch, PrecisionClass, Severity, Stats, Timing,
 };
 
-use super::calls::{candidate_call, referee_call};
+use super::calls::{candidate_call, candidate_call_noting, referee_call};
 use super::record::{build_profile, merge_launches, own_launches, record_trial};
 use super::{
     Evaluation, LOW_COVERAGE, ReferenceKey, ReferenceTiming, ReferenceTimingCache, Stop,
@@ -20,9 +20,9 @@ use super::{
 use crate::error::InfraError;
 use crate::precision;
 use crate::protocol::{
-    CandidateRequest, CheckReply, Done, InitReply, MeasurePrecisionReply, PrepareReply,
-    ProfileReply, RefereeRequest, RunReply, TimeDeliverReply, TimeReferenceReply, TimeReply,
-    TimedLoop,
+    CandidateRequest, CheckReply, Done, InitReply, MeasurePrecisionReply, NOTE_COMPILED,
+    NOTE_COMPILING, PrepareReply, ProfileReply, RefereeRequest, RunReply, TimeDeliverReply,
+    TimeReferenceReply, TimeReply, TimedLoop, resumed,
 };
 use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
@@ -230,14 +230,16 @@ impl Session {
         against_kept: bool,
     ) -> Result<(RunReply, CheckReply), Stop> {
         let limit = eval.cfg.limits.trial;
-        let _gpu = untimed_gpu_work(eval);
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         let trial = stage.to_string();
         let prepare = RefereeRequest::Prepare {
             trial: trial.clone(),
             seed,
         };
-        let prepared: PrepareReply = referee_call(referee, &prepare, limit)?;
+        let prepared: PrepareReply = {
+            let _gpu = untimed_gpu_work(eval);
+            referee_call(referee, &prepare, limit)?
+        };
         // The repeat (`against_kept`) runs with autograd on, unlike the trials: a candidate
         // that does its own work in only one grad mode shows there.
         let run = CandidateRequest::Run {
@@ -246,7 +248,26 @@ impl Session {
             payload: prepared.payload,
             grad: against_kept,
         };
-        let ran: RunReply = candidate_call(candidate, stage, &run, limit)?;
+        let ran: RunReply = {
+            // Released while the candidate's process compiles (it says when), so that other
+            // evaluations' timed phases wait for no compiler; back before its kernels run.
+            let mut gpu = untimed_gpu_work(eval);
+            let mut on_note = |note: &str| match note {
+                NOTE_COMPILING => {
+                    gpu = None;
+                    Ok(None)
+                }
+                NOTE_COMPILED => {
+                    if gpu.is_none() {
+                        gpu = untimed_gpu_work(eval);
+                    }
+                    Ok(Some(resumed()))
+                }
+                other => Err(format!("unknown note {other:?}")),
+            };
+            candidate_call_noting(candidate, stage, &run, limit, &mut on_note)?
+        };
+        let _gpu = untimed_gpu_work(eval);
         let check = RefereeRequest::Check {
             trial,
             keep,
