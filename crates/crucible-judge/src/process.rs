@@ -206,16 +206,22 @@ impl HarnessProcess {
 
     /// Sends one request and waits for its reply.
     pub fn request(&mut self, msg: &Value, timeout: Duration) -> Result<Value, ChannelError> {
+        self.send(msg)?;
+        self.receive(timeout)
+    }
+
+    /// Writes one message (a line of JSON) to the child.
+    fn send(&mut self, msg: &Value) -> Result<(), ChannelError> {
         let mut bytes =
             serde_json::to_vec(msg).map_err(|e| ChannelError::Protocol(e.to_string()))?;
         bytes.push(b'\n');
-        if let Err(e) = self.writer.write_all(&bytes) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                return Err(ChannelError::Exited(self.reap()));
+        match self.writer.write_all(&bytes) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err(ChannelError::Exited(self.reap()))
             }
-            return Err(e.into());
+            Err(e) => Err(e.into()),
         }
-        self.receive(timeout)
     }
 
     /// [`HarnessProcess::request`], during which the child may also send notes
@@ -234,15 +240,7 @@ impl HarnessProcess {
                 return Ok(reply);
             };
             if let Some(answer) = on_note(note).map_err(ChannelError::Protocol)? {
-                let mut bytes = serde_json::to_vec(&answer)
-                    .map_err(|e| ChannelError::Protocol(e.to_string()))?;
-                bytes.push(b'\n');
-                if let Err(e) = self.writer.write_all(&bytes) {
-                    if e.kind() == std::io::ErrorKind::BrokenPipe {
-                        return Err(ChannelError::Exited(self.reap()));
-                    }
-                    return Err(e.into());
-                }
+                self.send(&answer)?;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {

@@ -329,12 +329,13 @@ impl Sandbox {
                 );
             }
         }
-        if self.process_limit().is_none() {
+        let process_limit = self.process_limit();
+        if process_limit.is_none() {
             missing.push(
                 "a process limit (uid 0 is exempt from RLIMIT_NPROC, no pids cgroup is writable \
                  and the kernel has no pid_max per PID namespace)",
             );
-        } else if self.process_limit() != Some(self.max_processes) {
+        } else if process_limit != Some(self.max_processes) {
             missing.push(
                 "an exact process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup \
                  is writable: the PID namespace's pid_max holds the candidate to 299 tasks at \

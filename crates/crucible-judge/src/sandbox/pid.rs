@@ -16,17 +16,25 @@ const SUPERVISOR_FAILED: libc::c_int = 125;
 /// forked child (see `super::probe`); its own child mounts in its own namespace only.
 pub(super) fn namespace_works() -> bool {
     // SAFETY: raw system calls in a throwaway forked child.
+    unsafe { as_new_namespace_init(&|| mount_private_proc(None).is_ok()) }
+}
+
+/// Runs `check` as init of new PID and mount namespaces (a child of the caller, which unshares
+/// them); whether it held.
+///
+/// # Safety
+///
+/// Only in a throwaway forked child (see `super::probe`): it unshares namespaces, and `check`
+/// makes raw system calls only.
+unsafe fn as_new_namespace_init(check: &dyn Fn() -> bool) -> bool {
+    // SAFETY: raw system calls in the caller's throwaway child (the function's contract).
     unsafe {
         if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0 {
             return false;
         }
         let pid = libc::fork();
         if pid == 0 {
-            libc::_exit(if mount_private_proc(None).is_ok() {
-                0
-            } else {
-                1
-            });
+            libc::_exit(if check() { 0 } else { 1 });
         }
         let mut status = 0;
         pid > 0
@@ -58,21 +66,11 @@ pub(super) fn namespace_pid_max_works() -> bool {
     let host_before = std::fs::read_to_string("/proc/sys/kernel/pid_max");
     // SAFETY: raw system calls in a throwaway forked child (see `super::probe`).
     let works = super::probe(&|| unsafe {
-        if libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) != 0 {
-            return false;
-        }
-        let pid = libc::fork();
-        if pid == 0 {
-            let capped = mount_private_proc(None).is_ok()
+        as_new_namespace_init(&|| {
+            mount_private_proc(None).is_ok()
                 && cap_namespace_tasks(PID_MAX_FLOOR).is_ok()
-                && read_pid_max() == Some(PID_MAX_FLOOR);
-            libc::_exit(if capped { 0 } else { 1 });
-        }
-        let mut status = 0;
-        pid > 0
-            && libc::waitpid(pid, &mut status, 0) == pid
-            && libc::WIFEXITED(status)
-            && libc::WEXITSTATUS(status) == 0
+                && read_pid_max() == Some(PID_MAX_FLOOR)
+        })
     });
     // The host's own value must not have moved (it would, were the file not per namespace).
     works && std::fs::read_to_string("/proc/sys/kernel/pid_max").ok() == host_before.ok()
