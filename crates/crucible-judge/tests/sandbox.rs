@@ -290,8 +290,8 @@ fn a_fork_bomb_hits_the_process_limit() {
         max_processes: 64,
         ..test_sandbox()
     });
-    // More tries than the limit this host enforces (299 at the least where only the PID
-    // namespace's pid_max does).
+    // More tries than the limit this host enforces (the limit + 300 where only the PID
+    // namespace's pid_max does); after the attack the candidate's own compile must still run.
     let limit = cfg
         .sandbox
         .as_ref()
@@ -444,25 +444,37 @@ fn a_confined_process_may_write_its_own_proc_entries_only() {
 /// "<uid> <children>" to the file `FORKED_REPORT` names.
 const FORK_COUNTER: &str = "
 import os, signal, time
-kids = []
-try:
-    for _ in range(int(os.environ['FORK_TRIES'])):
-        pid = os.fork()
-        if pid == 0:
-            time.sleep(30)
-            os._exit(0)
-        kids.append(pid)
-except OSError:
-    pass
-for kid in kids:
-    os.kill(kid, signal.SIGKILL)
+def fork_many(tries):
+    kids = []
+    try:
+        for _ in range(tries):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            kids.append(pid)
+    except OSError:
+        pass
+    for kid in kids:
+        os.kill(kid, signal.SIGKILL)
+        os.waitpid(kid, 0)
+    return len(kids)
+bomb = fork_many(int(os.environ['FORK_TRIES']))
+# After the bomb, a compile's worth of processes at once must still start.
+again = fork_many(int(os.environ['FORK_AGAIN']))
 with open(os.environ['FORKED_REPORT'], 'w') as f:
-    f.write(f'{os.getuid()} {len(kids)}')
+    f.write(f'{os.getuid()} {bomb} {again}')
 ";
 
+/// What `FORK_COUNTER` forked: in the bomb, then at once after it.
+struct Forked {
+    bomb: u64,
+    again: u64,
+}
+
 /// Runs `FORK_COUNTER` under the GPU layers (uid 0, confining needs no GPU) with `sandbox`'s
-/// process limit; returns how many children it forked.
-fn fork_as_uid_0(name: &str, sandbox: Sandbox, tries: u64) -> u64 {
+/// process limit: `tries` children at most, then (those gone) `again` at most.
+fn fork_as_uid_0(name: &str, sandbox: Sandbox, tries: u64, again: u64) -> Forked {
     let dir = test_dir(name);
     let sandbox = Sandbox {
         gpu_devices: true,
@@ -474,6 +486,7 @@ fn fork_as_uid_0(name: &str, sandbox: Sandbox, tries: u64) -> u64 {
     command
         .args(["-c", FORK_COUNTER])
         .env("FORK_TRIES", tries.to_string())
+        .env("FORK_AGAIN", again.to_string())
         .env("FORKED_REPORT", &report);
     let status = sandbox
         .run(&runtime().python, &mut command)
@@ -481,9 +494,15 @@ fn fork_as_uid_0(name: &str, sandbox: Sandbox, tries: u64) -> u64 {
     let forked = std::fs::read_to_string(&report).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(status.success(), "{status}");
-    let (uid, count) = forked.trim().split_once(' ').expect("uid and count");
+    let fields: Vec<&str> = forked.split_whitespace().collect();
+    let [uid, bomb, again] = fields[..] else {
+        panic!("the fork counter reported {forked:?}");
+    };
     assert_eq!(uid, "0", "the GPU layers keep uid 0");
-    count.parse().expect("count")
+    Forked {
+        bomb: bomb.parse().expect("count"),
+        again: again.parse().expect("count"),
+    }
 }
 
 /// On a GPU the candidate stays uid 0, which `RLIMIT_NPROC` does not bind: a pids cgroup is
@@ -503,21 +522,25 @@ fn a_fork_bomb_as_uid_0_hits_the_cgroup_limit() {
         );
         return;
     }
-    let count = fork_as_uid_0("cgroup", sandbox, 200);
+    let forked = fork_as_uid_0("cgroup", sandbox, 200, 16);
     assert!(
-        count < 32,
-        "forked {count} children under a limit of 32 tasks"
+        forked.bomb < 32,
+        "forked {} children under a limit of 32 tasks",
+        forked.bomb
     );
+    assert_eq!(forked.again, 16, "the limit left no room after the bomb");
 }
 
-/// Without a pids cgroup (switched off here; the two-GPU H200 host has none), the PID
-/// namespace's own pid_max holds a uid-0 candidate: 350 tasks, init not counted, so the
-/// counter (one task) forks at most 349 children, and about that many (nothing else stops it).
+/// Without a pids cgroup (switched off here; the H200 hosts have none), the PID namespace's own
+/// pid_max holds a uid-0 candidate: 64 + 300 tasks, init not counted, so the counter (one task)
+/// forks at most 363 children, and about that many (nothing else stops it). After the bomb,
+/// when the kernel reuses only PIDs from 300 up, 64 processes at once must still start (with
+/// pid_max at the kernel's floor one could, and a Triton compile failed on an H200).
 #[test]
 fn a_fork_bomb_as_uid_0_without_a_cgroup_hits_the_namespace_pid_max() {
     let sandbox = Sandbox {
         gpu_devices: true,
-        max_processes: 350,
+        max_processes: 64,
         pids_cgroup: false,
         ..Sandbox::default()
     };
@@ -528,18 +551,21 @@ fn a_fork_bomb_as_uid_0_without_a_cgroup_hits_the_namespace_pid_max() {
         );
         return;
     };
-    assert_eq!(limit, 350);
+    assert_eq!(limit, 364);
+    let missing = sandbox.missing_features();
     assert!(
-        !sandbox
-            .missing_features()
-            .iter()
-            .any(|m| m.contains("process limit")),
-        "{:?}",
-        sandbox.missing_features()
+        missing.iter().any(|m| m.contains("exact process limit"))
+            && !missing.iter().any(|m| m.starts_with("a process limit")),
+        "{missing:?}"
     );
-    let count = fork_as_uid_0("pid-max", sandbox, 600);
+    let forked = fork_as_uid_0("pid-max", sandbox, 600, 64);
     assert!(
-        (340..350).contains(&count),
-        "forked {count} children under a limit of 350 tasks"
+        (354..364).contains(&forked.bomb),
+        "forked {} children under a limit of 364 tasks",
+        forked.bomb
+    );
+    assert_eq!(
+        forked.again, 64,
+        "after the bomb the namespace had no room left"
     );
 }

@@ -413,6 +413,49 @@ struct Measured {
     /// When untimed GPU work (trials, model builds) held its share of the GPU.
     untimed: Vec<(Instant, Instant)>,
     cache: (usize, usize),
+    /// The machine's CPU use over the batch, where /proc/stat can be read.
+    cpu: Option<CpuUse>,
+}
+
+/// Machine-wide CPU time between two readings of /proc/stat: whether the batch was CPU-bound.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CpuUse {
+    /// Core-seconds spent busy (user, nice, system, irq, softirq, steal).
+    busy_s: f64,
+    /// Core-seconds in all (busy plus idle and I/O wait).
+    total_s: f64,
+}
+
+/// The aggregate `cpu` line of /proc/stat, in clock ticks: (busy, total).
+fn cpu_ticks(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice, already in user/nice]
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+    Some((total.saturating_sub(idle), total))
+}
+
+fn read_cpu_ticks() -> Option<(u64, u64)> {
+    cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+impl CpuUse {
+    /// From two readings; USER_HZ is 100 on every Linux ABI this runs on.
+    fn between(before: (u64, u64), after: (u64, u64)) -> Option<CpuUse> {
+        const TICKS_PER_S: f64 = 100.0;
+        let busy = after.0.checked_sub(before.0)?;
+        let total = after.1.checked_sub(before.1)?;
+        (total > 0).then(|| CpuUse {
+            busy_s: busy as f64 / TICKS_PER_S,
+            total_s: total as f64 / TICKS_PER_S,
+        })
+    }
 }
 
 fn run_mode(
@@ -471,9 +514,13 @@ fn run_mode(
     let engine = Engine::with_tuning(runtime.clone(), args.device, options, tuning)?;
     let engine_start_s = created.elapsed().as_secs_f64();
     let started = Instant::now();
+    let cpu_before = read_cpu_ticks();
     let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
     let results = evaluate_tagged(&engine, cases, pace);
     let batch_s = started.elapsed().as_secs_f64();
+    let cpu = cpu_before
+        .zip(read_cpu_ticks())
+        .and_then(|(before, after)| CpuUse::between(before, after));
     drop(engine);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let cache = seen
@@ -500,6 +547,7 @@ fn run_mode(
         intervals,
         untimed,
         cache,
+        cpu,
     })
 }
 
@@ -635,6 +683,16 @@ impl Measured {
             *verdicts.entry(row.verdict.as_str()).or_default() += 1;
         }
         println!("  verdicts: {verdicts:?}");
+        if let Some(cpu) = self.cpu {
+            println!(
+                "  CPU (whole machine, {:.0} cores): {:.0}% busy over the batch, {:.0} core-s, {:.1} \
+                 core-s per evaluation",
+                cpu.total_s / self.batch_s,
+                100.0 * cpu.busy_s / cpu.total_s,
+                cpu.busy_s,
+                cpu.busy_s / n.max(1) as f64
+            );
+        }
         let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
         println!(
             "  prestarted pairs used: {prestarted}/{n}; reference cache: {} hits, {} measured",
@@ -768,6 +826,25 @@ fn stage_order(name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_use_counts_idle_and_io_wait_as_not_busy() {
+        let before = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        let after = "cpu  400 10 90 1400 100 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n";
+        let (before, after) = (cpu_ticks(before).unwrap(), cpu_ticks(after).unwrap());
+        assert_eq!(before, (150, 1000));
+        let used = CpuUse::between(before, after).unwrap();
+        // 350 busy ticks of 1000: 3.5 of 10 core-seconds.
+        assert_eq!(
+            used,
+            CpuUse {
+                busy_s: 3.5,
+                total_s: 10.0
+            }
+        );
+        assert_eq!(cpu_ticks("intr 1 2 3\n"), None);
+        assert_eq!(CpuUse::between(after, before), None);
+    }
 
     fn repo(path: &str) -> String {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

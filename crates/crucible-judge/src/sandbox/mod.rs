@@ -30,7 +30,7 @@
 //! - **rlimits** on core dumps, file size, open files and processes, plus `no_new_privs`; a
 //!   **pids cgroup** ([`cgroup`]) with the same process limit, where the host has one; and the
 //!   PID namespace's own **pid_max** (Linux 6.14 and later keep it per namespace), which init
-//!   sets so the namespace holds at most the process limit (the kernel's floor: 299 tasks).
+//!   sets to the process limit plus the 300 PIDs the kernel reserves (see `pid::RESERVED_PIDS`).
 //!
 //! Everything that allocates happens in the parent before fork: paths, the Landlock ruleset (the
 //! `landlock` crate), the seccomp filters (compiled to BPF by `seccompiler`), probing the kernel.
@@ -338,16 +338,16 @@ impl Sandbox {
         } else if process_limit != Some(self.max_processes) {
             missing.push(
                 "an exact process limit (uid 0 is exempt from RLIMIT_NPROC and no pids cgroup \
-                 is writable: the PID namespace's pid_max holds the candidate to 299 tasks at \
-                 the least)",
+                 is writable: the PID namespace's pid_max holds the candidate to the limit plus \
+                 300 tasks)",
             );
         }
         missing
     }
 
     /// The most tasks (processes and threads) the candidate can have on this host: the limit
-    /// asked for, or more where only the PID namespace's pid_max (at least 299 tasks) enforces
-    /// it; `None` where nothing does.
+    /// asked for, or 300 more where only the PID namespace's pid_max enforces it; `None` where
+    /// nothing does.
     pub fn process_limit(&self) -> Option<u64> {
         let support = support();
         let layers = self.layers();
@@ -362,10 +362,15 @@ impl Sandbox {
         }
     }
 
-    /// The pid_max init sets in the candidate's namespace: room for init and `max_processes`
-    /// tasks, never below the kernel's floor.
+    /// The pid_max init sets in the candidate's namespace. Once a namespace's PIDs wrap around,
+    /// the kernel hands out only those from `RESERVED_PIDS` up, so pid_max must leave
+    /// `max_processes` above them: with the floor (301) a fork bomb that reached it left one PID,
+    /// and the candidate's own Triton compile (gcc and its children) failed on an H200 after it.
+    /// The namespace then holds init and at most `max_processes + RESERVED_PIDS` tasks.
     fn namespace_pid_max(&self) -> u64 {
-        self.max_processes.saturating_add(2).max(pid::PID_MAX_FLOOR)
+        self.max_processes
+            .saturating_add(pid::RESERVED_PIDS + 2)
+            .max(pid::PID_MAX_FLOOR)
     }
 
     /// Everything `enter` needs, built before fork: the Landlock ruleset, the seccomp filters and

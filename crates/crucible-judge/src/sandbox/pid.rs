@@ -44,9 +44,12 @@ unsafe fn as_new_namespace_init(check: &dyn Fn() -> bool) -> bool {
     }
 }
 
-/// The smallest pid_max the kernel accepts (`RESERVED_PIDS` + 1): a namespace's own pid_max can
-/// hold it to `PID_MAX_FLOOR - 1` tasks, init included, and no fewer.
-pub(super) const PID_MAX_FLOOR: u64 = 301;
+/// The kernel's `RESERVED_PIDS`: after a PID namespace's PIDs first wrap around, new tasks get
+/// PIDs from here up to pid_max only (kernel/pid.c, `alloc_pid`), in every namespace.
+pub(super) const RESERVED_PIDS: u64 = 300;
+
+/// The smallest pid_max the kernel accepts (`RESERVED_PIDS` + 1).
+pub(super) const PID_MAX_FLOOR: u64 = RESERVED_PIDS + 1;
 
 /// Whether this kernel keeps pid_max per PID namespace (Linux 6.14 and later), so that init can
 /// cap the number of tasks in the candidate's namespace. Decided by the kernel's release: on an
