@@ -100,6 +100,17 @@ def test_each_process_starts_answers_errors_in_its_shape_and_ends_with_its_chann
     assert process.wait() == 0
 
 
+def test_the_candidate_process_starts_its_profiler_when_asked_and_nothing_on_the_cpu(started):
+    # The judge asks before the timed phases (a process started on the spot has not warmed it):
+    # the reply is checked against the protocol on both sides, so a wrong shape fails here.
+    process = started("candidate")
+    assert process.receive() == {"ok": True, "ready": True}
+    assert process.request({"op": "start_profiler", "stage": "profiler-start"}) == {"ok": True}
+    process.judge.shutdown(socket.SHUT_WR)
+    assert process.receive() is None
+    assert process.wait() == 0
+
+
 @pytest.mark.parametrize("module", ["referee", "candidate", "audit"])
 def test_a_device_that_cannot_be_used_is_reported_in_the_hello(started, module):
     # No machine has a 100th GPU: bring-up fails the same way with or without GPUs.

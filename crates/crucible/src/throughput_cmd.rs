@@ -815,6 +815,7 @@ fn stage_order(name: &str) -> usize {
         "repeat",
         "precision",
         "generalize",
+        "profiler-start",
         "timing",
         "profile",
         "timed-output",

@@ -1,5 +1,5 @@
 //! The stages of one evaluation, on one referee and one fresh candidate process:
-//! start → reference → load → trials → repeat → launch check → generalize → timing → profile →
+//! start → reference → load → trials → repeat → launch check → generalize → profiler start → timing → profile →
 //! timed output. Each stage is a method of [`Session`], which owns the two processes and the
 //! scratch paths; what a stage finds goes into the [`Evaluation`] record, and the result is
 //! assembled from that record in one place (`judge::assemble`).
@@ -165,6 +165,10 @@ impl Session {
         };
         if !usable {
             return Ok(());
+        }
+        {
+            let _gpu = untimed_gpu_work(eval);
+            self.start_profiler(eval)?;
         }
         // Exclusive use of the device from the first timed request to the last check of a timed
         // output; other evaluations' CPU work goes on meanwhile.
@@ -442,6 +446,20 @@ impl Session {
                 payload: prepared.payload,
                 delivered_problem: delivered.problem,
             })
+        })
+    }
+
+    /// The profiler's first start in a process takes seconds (CUPTI; 3.7-4.4 s on an H200) and
+    /// would otherwise fall in the profile stage, while every other evaluation waits for the
+    /// exclusive GPU lock; a process started ahead already paid it (about 1 ms here).
+    fn start_profiler(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+        let limit = eval.cfg.limits.timing;
+        let request = CandidateRequest::StartProfiler {
+            stage: "profiler-start".into(),
+        };
+        let candidate = &mut self.workers.candidate;
+        eval.stage("profiler-start", |_| {
+            candidate_call::<Done>(candidate, "profiler-start", &request, limit).map(drop)
         })
     }
 
