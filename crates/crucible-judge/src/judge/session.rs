@@ -1,8 +1,8 @@
 //! The stages of one evaluation, on one referee and one fresh candidate process:
 //! start → reference → load → trials → repeat → launch check → generalize → profiler start →
-//! timing → profile → timed output. Each stage is a method of [`Session`], which owns the two processes and the
-//! scratch paths; what a stage finds goes into the [`Evaluation`] record, and the result is
-//! assembled from that record in one place (`judge::assemble`).
+//! timing → profile → timed output. Each stage is a method of [`Session`], which owns the two
+//! processes and the scratch paths; what a stage finds goes into the [`Evaluation`] record, and
+//! the result is assembled from that record in one place (`judge::assemble`).
 
 use std::path::PathBuf;
 use std::time::Instant;
