@@ -9,7 +9,7 @@
 //! subset (every `off_every`-th candidate, offset per task, so it has the same mix) when
 //! judging all of them twice would not fit the time available.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +19,7 @@ use std::time::Instant;
 use anyhow::Context;
 use crucible_judge::{Device, EvalConfig, Runtime, TimingConfig};
 use crucible_result::{EvalResult, Stats, Verdict};
-use crucible_worker::engine::{EngineEvent, Probe};
+use crucible_worker::engine::{Control, EngineEvent, Probe};
 use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
 
 /// The KernelBench tasks of the GPU set (level, name): those with honest solutions under
@@ -375,12 +375,17 @@ fn derive(solution: &str, task: usize, variant: usize) -> (Kind, String) {
 thread_local! {
     /// The job the current thread evaluates, for the probe.
     static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
+    /// Its evaluation's control, which knows the judge's current stage.
+    static CONTROL: RefCell<Option<Control>> = const { RefCell::new(None) };
 }
 
 /// What the probe saw of one job.
 #[derive(Default, Clone)]
 struct Seen {
     lock_wait_s: f64,
+    /// The part of `lock_wait_s` spent inside each correctness trial (`trial_0`, ...): the
+    /// compile estimate (first trial minus the later ones) must not count it as compiling.
+    trial_lock_wait_s: BTreeMap<String, f64>,
     /// Reference-cache lookups in order: the plain reference, then the matched class.
     cache_hits: Vec<bool>,
     prestarted: bool,
@@ -480,7 +485,13 @@ fn run_mode(
                 return;
             };
             match event {
-                EngineEvent::GpuLockWait(waited) => job.lock_wait_s += waited.as_secs_f64(),
+                EngineEvent::GpuLockWait(waited) => {
+                    job.lock_wait_s += waited.as_secs_f64();
+                    let stage = CONTROL.with(|c| c.borrow().as_ref().and_then(Control::stage));
+                    if let Some(trial) = stage.filter(|s| s.starts_with("trial_")) {
+                        *job.trial_lock_wait_s.entry(trial).or_default() += waited.as_secs_f64();
+                    }
+                }
                 EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
                 EngineEvent::WorkersTaken { prestarted, .. } => job.prestarted |= prestarted,
                 EngineEvent::TimedPhases { entered, left } => {
@@ -567,9 +578,12 @@ fn evaluate_tagged(engine: &Engine, cases: &[&Case], pace: std::time::Duration) 
                     };
                     let Some(case) = cases.get(index) else { return };
                     std::thread::sleep(pace);
+                    let control = Control::new();
                     CURRENT.with(|c| c.set(Some(index)));
-                    let result = engine.evaluate(&case.job);
+                    CONTROL.with(|c| *c.borrow_mut() = Some(control.clone()));
+                    let result = engine.evaluate_controlled(&case.job, &control);
                     CURRENT.with(|c| c.set(None));
+                    CONTROL.with(|c| *c.borrow_mut() = None);
                     bar.set_message(format!(
                         "{} {}",
                         case.job.task_name,
@@ -609,11 +623,12 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
     }
     let staged: f64 = result.stages.iter().map(|s| s.duration_s).sum();
     stages.insert("(outside stages)".into(), (result.wall_s - staged).max(0.0));
+    // Each trial's own time, without its waits for the GPU lock (counted apart).
     let trials: Vec<f64> = result
         .stages
         .iter()
         .filter(|s| s.name.starts_with("trial_") && s.status == crucible_result::StageStatus::Ok)
-        .map(|s| s.duration_s)
+        .map(|s| s.duration_s - seen.trial_lock_wait_s.get(&s.name).copied().unwrap_or(0.0))
         .collect();
     let compile_s = match trials.split_first() {
         Some((first, rest)) if !rest.is_empty() => (first - median(rest)).max(0.0),
@@ -750,7 +765,8 @@ impl Measured {
             }
         }
         println!(
-            "  judge overhead = wall - candidate compile (first trial - median later trial) - GPU \
+            "  judge overhead = wall - candidate compile (first trial - median later trial, each \
+             without its GPU-lock waits) - GPU \
              work (timed iterations incl. warm-up of the candidate and of each reference timing \
              measured, not cached) - GPU-lock wait (queued behind other evaluations' timed phases)"
         );
@@ -827,6 +843,42 @@ fn stage_order(name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A first trial that waited 3 s for the GPU lock compiled for 0.9 s, not 3.9 s: the wait
+    /// is taken off once, as a lock wait.
+    #[test]
+    fn lock_waits_inside_a_trial_are_not_counted_as_compiling() {
+        let stage =
+            |name: &str, s: f64| format!(r#"{{"name":"{name}","status":"ok","duration_s":{s}}}"#);
+        let stages = [
+            stage("start", 0.5),
+            stage("trial_0", 5.0),
+            stage("trial_1", 1.0),
+            stage("trial_2", 1.2),
+        ]
+        .join(",");
+        let document = format!(
+            r#"{{"schema":"crucible.result/1","verdict":"incorrect","correct":false,
+            "speedup":null,"timing":null,"coverage":null,"findings":[],"stages":[{stages}],
+            "seeds":{{"base":1,"init":2,"trials":[3],"timing":4}},
+            "tolerance":{{"profile":"kb-v0","atol":0.01,"rtol":0.01}},"size_profile":"full",
+            "trials":[],"launches":[],
+            "task":{{"name":"t","path":"t.py","sha256":"0"}},
+            "candidate":{{"name":"c","path":"c.py","sha256":"0"}},
+            "env":{{"device":"cuda:0","device_name":null,"torch":null,"triton":null,
+            "cuda":null,"driver":null,"python":null,"crucible":"0","triton_interpret":false}},
+            "wall_s":10.0}}"#
+        );
+        let result: EvalResult = serde_json::from_str(&document).expect("result");
+        let seen = Seen {
+            lock_wait_s: 3.0,
+            trial_lock_wait_s: BTreeMap::from([("trial_0".to_string(), 3.0)]),
+            ..Seen::default()
+        };
+        let row = row(&result, Kind::Incorrect, &seen, true);
+        assert!((row.compile_s - 0.9).abs() < 1e-9, "{}", row.compile_s);
+        assert!((row.overhead_s - 6.1).abs() < 1e-9, "{}", row.overhead_s);
+    }
 
     #[test]
     fn cpu_use_counts_idle_and_io_wait_as_not_busy() {
