@@ -5,12 +5,12 @@
 # before the Python forward launches its kernels and closes after a host-side synchronize, so a
 # timed process that waits for a CPU is measured slower. This times one candidate REPEATS times on
 # DEVICE in three conditions, one evaluation at a time (fresh judge, reference timed each time):
-#   alone      an idle machine
-#   loaded     beside one busy process per core (what other evaluations' compiles do)
-#   loaded+nice the same, with the judge and its harness processes at nice -10
+#   alone        an idle machine, the timed processes at the judge's own priority
+#   loaded       the same beside one busy process per core (what other evaluations' compiles do)
+#   loaded+boost the same, with the judge's default: timed processes at nice -10 while timed
 # and prints, per condition, the candidate's and the reference's median ms per run, their spread
 # ((max-min)/min) and the speedups'. Run on the GPU machine after scripts/gpu-prepare:
-#   scripts/probe/timing_noise.sh [OUTDIR]    (REPEATS=8, DEVICE=cuda:0, TASK, CANDIDATE)
+#   scripts/probe/timing_noise.sh [OUTDIR]    (REPEATS=6, DEVICE=cuda:0, TASK, CANDIDATE)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -20,7 +20,7 @@ bin=${CRUCIBLE_BIN:-.device-carry/crucible}
 export CRUCIBLE_PYTHON=${CRUCIBLE_PYTHON:-python3}
 export CRUCIBLE_CACHE=${CRUCIBLE_CACHE:-/tmp/crucible-cache}
 device=${DEVICE:-cuda:0}
-repeats=${REPEATS:-8}
+repeats=${REPEATS:-6}
 task=${TASK:-.device-carry/kb/level1/1_Square_matrix_multiplication_.py}
 candidate=${CANDIDATE:-examples/kernelbench/level1/1_Square_matrix_multiplication_.py}
 load_pids=()
@@ -29,17 +29,17 @@ start_load() {
 }
 stop_load() { kill "${load_pids[@]}" 2>/dev/null; wait "${load_pids[@]}" 2>/dev/null; load_pids=(); }
 trap stop_load EXIT
-judge() { # CONDITION [nice prefix...]
+judge() { # CONDITION [eval flags...]
   local condition=$1; shift
   for _ in $(seq "$repeats"); do
-    "$@" "$bin" eval --device "$device" --task "$task" --candidate "$candidate" --trials 1 \
-      --generalize off --json --out "$out/$condition.jsonl" >/dev/null 2>>"$out/$condition.err"
+    "$bin" eval --device "$device" --task "$task" --candidate "$candidate" --trials 1 \
+      --generalize off --json --out "$out/$condition.jsonl" "$@" >/dev/null 2>>"$out/$condition.err"
   done
 }
-judge alone
+judge alone --timed-nice 0
 start_load
-judge loaded
-judge loaded+nice nice -n -10
+judge loaded --timed-nice 0
+judge loaded+boost
 stop_load
 python3 - "$out" <<'PY'
 import json, statistics, sys
@@ -47,7 +47,7 @@ out = sys.argv[1]
 def spread(xs):
     return (max(xs) - min(xs)) / min(xs) * 100 if xs else float("nan")
 print(f"{'condition':<12} {'runs':>4} {'cand ms median':>14} {'spread':>7} {'ref ms median':>13} {'spread':>7} {'speedup median':>14} {'spread':>7} {'cand cv median':>14}")
-for condition in ("alone", "loaded", "loaded+nice"):
+for condition in ("alone", "loaded", "loaded+boost"):
     try:
         rs = [json.loads(l) for l in open(f"{out}/{condition}.jsonl") if l.strip()]
     except OSError:

@@ -97,6 +97,11 @@ pub struct TimingConfig {
     pub warmup: u32,
     pub iters: u32,
     pub flush_bytes: u64,
+    /// The CPU priority (nice value) of the referee's and the candidate's processes while the
+    /// timed phases run; `None` leaves it. A timed sample spans the forward's Python launch path,
+    /// so a timed process that waits for a CPU behind other evaluations' compiles measures
+    /// slower (see `HarnessProcess::set_nice`).
+    pub nice: Option<i32>,
 }
 
 impl Default for TimingConfig {
@@ -105,9 +110,14 @@ impl Default for TimingConfig {
             warmup: 5,
             iters: 100,
             flush_bytes: 256 << 20,
+            nice: Some(TIMED_NICE),
         }
     }
 }
+
+/// The timed processes' nice value during the timed phases: ahead of every other process at
+/// the default 0 (the judge runs as root, so it may raise them).
+pub const TIMED_NICE: i32 = -10;
 
 /// Deadlines per stage. The first trial includes Triton compilation.
 #[derive(Debug, Clone)]

@@ -24,8 +24,8 @@ pub use device::{Device, DeviceError};
 pub use error::InfraError;
 pub use judge::{
     Abort, EvalConfig, Generalize, ReferenceKey, ReferenceTiming, ReferenceTimingCache, SourceFile,
-    StageLimits, StageObserver, Teardown, TimedPhaseGate, TimedPhaseGuard, TimingConfig,
-    ToleranceProfile, Transport, Workers, evaluate, evaluate_taking, evaluate_with,
+    StageLimits, StageObserver, TIMED_NICE, Teardown, TimedPhaseGate, TimedPhaseGuard,
+    TimingConfig, ToleranceProfile, Transport, Workers, evaluate, evaluate_taking, evaluate_with,
     infra_error_result,
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};

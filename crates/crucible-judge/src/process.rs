@@ -302,6 +302,14 @@ impl HarnessProcess {
         }
     }
 
+    /// Sets the CPU priority of every thread in the process's group (`setpriority` on the
+    /// group: threads started later inherit it). A negative nice needs `CAP_SYS_NICE`, which the
+    /// judge has as root; the candidate, without capabilities, can only lower its own.
+    pub fn set_nice(&self, nice: i32) -> std::io::Result<()> {
+        // The child called setsid, so its pid is its process group id.
+        set_group_nice(self.child.id() as libc::pid_t, nice)
+    }
+
     pub(crate) fn kill_group(&self) {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.
@@ -363,5 +371,64 @@ fn drain_into(mut stream: Box<dyn Read + Send>, log: &Mutex<Vec<u8>>) {
                 log.drain(..cut);
             }
         }
+    }
+}
+
+/// `setpriority` on a process group: every thread of every process in it.
+pub(crate) fn set_group_nice(group: libc::pid_t, nice: i32) -> std::io::Result<()> {
+    // SAFETY: plain syscall on a process group id.
+    let done = unsafe { libc::setpriority(libc::PRIO_PGRP, group as libc::id_t, nice) };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// This process's own nice value (what the harness processes inherit at spawn).
+pub(crate) fn own_nice() -> i32 {
+    // SAFETY: plain syscall on this process; -1 is also a valid nice, so errno tells failure
+    // apart, and for the calling process there is none to expect.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+}
+
+#[cfg(test)]
+mod nice_tests {
+    use super::*;
+
+    /// The nice value of a process, from /proc/PID/stat (field 19).
+    fn nice_of(pid: u32) -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let after_name = &stat[stat.rfind(')').expect("comm") + 2..];
+        after_name
+            .split(' ')
+            .nth(16)
+            .expect("nice")
+            .parse()
+            .expect("number")
+    }
+
+    #[test]
+    fn a_group_gets_the_priority_and_gives_it_back() {
+        use std::os::unix::process::CommandExt;
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: raising a priority needs root (CAP_SYS_NICE)");
+            return;
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let group = child.id() as libc::pid_t;
+        let before = nice_of(child.id());
+        assert_eq!(before, own_nice());
+        set_group_nice(group, -7).expect("raise");
+        assert_eq!(nice_of(child.id()), -7);
+        set_group_nice(group, before).expect("restore");
+        assert_eq!(nice_of(child.id()), before);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(set_group_nice(group, 0).is_err(), "the group is gone");
     }
 }

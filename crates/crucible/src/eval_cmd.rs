@@ -60,6 +60,11 @@ pub struct EvalArgs {
     /// Warm-up iterations per side.
     #[arg(long, default_value_t = 5)]
     warmup: u32,
+    /// Nice value of the timed processes during the timed phases (-20..19; 0 where the judge
+    /// runs at 0 leaves them as they are).
+    #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    timed_nice: i32,
     /// One deadline in seconds for every candidate stage (default: per stage and device).
     #[arg(long)]
     stage_timeout: Option<f64>,
@@ -101,6 +106,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
     cfg.timing = (!args.no_timing).then(|| TimingConfig {
         warmup: args.warmup,
         iters: args.iters,
+        nice: Some(args.timed_nice),
         ..TimingConfig::default()
     });
     if let Some(secs) = args.stage_timeout {

@@ -89,6 +89,11 @@ pub struct ThroughputArgs {
     iters: u32,
     #[arg(long, default_value_t = 3)]
     warmup: u32,
+    /// Nice value of the timed processes during the timed phases (0 leaves them at the
+    /// judge's own where it runs at 0).
+    #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    timed_nice: i32,
     /// Correctness trials per candidate.
     #[arg(long, default_value_t = 5)]
     trials: u32,
@@ -146,6 +151,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
     base.timing = Some(TimingConfig {
         warmup: args.warmup,
         iters: args.iters,
+        nice: Some(args.timed_nice),
         ..TimingConfig::default()
     });
     args.sandbox.apply(&mut base);

@@ -76,6 +76,38 @@ fn untimed_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
     eval.cfg.timed_phases.as_ref().map(|gate| gate.share())
 }
 
+/// The timed processes' CPU priority for as long as it lives (`TimingConfig::nice`), then
+/// the judge's own again.
+struct TimedPriority {
+    groups: [libc::pid_t; 2],
+    restore: i32,
+}
+
+impl TimedPriority {
+    fn raise(workers: &Workers, nice: Option<i32>) -> Option<TimedPriority> {
+        let nice = nice?;
+        let priority = TimedPriority {
+            groups: workers.process_groups(),
+            restore: crate::process::own_nice(),
+        };
+        for group in priority.groups {
+            if let Err(error) = crate::process::set_group_nice(group, nice) {
+                // The timing is as valid as without it; only less shielded from other work.
+                tracing::debug!("cannot raise the timed processes' priority: {error}");
+            }
+        }
+        Some(priority)
+    }
+}
+
+impl Drop for TimedPriority {
+    fn drop(&mut self) {
+        for group in self.groups {
+            let _ = crate::process::set_group_nice(group, self.restore);
+        }
+    }
+}
+
 /// What the timing stage hands to the stages after it.
 struct TimedPhase {
     reference: TimeReferenceReply,
@@ -173,6 +205,9 @@ impl Session {
         // Exclusive use of the device from the first timed request to the last check of a timed
         // output; other evaluations' CPU work goes on meanwhile.
         let _exclusive = eval.cfg.timed_phases.as_ref().map(|gate| gate.enter());
+        // Ahead of other evaluations' CPU work too (compiles, start-ups): a timed sample spans
+        // the forward's launch path. Given back before the lock.
+        let _priority = TimedPriority::raise(&self.workers, timing_cfg.nice);
         let phase = self.timing(eval, &timing_cfg)?;
         let profiled = self.profile(eval, &phase)?;
         self.check_timing(eval, &timing_cfg, &phase, &profiled)?;
