@@ -122,9 +122,47 @@ def summarize(path):
             for t in tasks
             if t.get("result") and t["result"].get("speedup")
         },
+        "witnesses": witnesses(tasks),
         "speedups_by_gpu": speedups_by_gpu(tasks),
         "evaluations_metric": metric(view.get("metrics", ""), "crucible_evaluations_completed_total"),
     }
+
+
+# What each timed candidate's time was by each witness: the per-forward timed median (which
+# spans the Python launch path), the GPU's busy time from the profiler, and the back-to-back
+# batch timed from outside. Where the timed median differs and the other two agree, the
+# difference is on the host, not on the GPU.
+WITNESSES = {
+    "timed median": lambda t: t["candidate"]["median_ms"],
+    "GPU busy": lambda t: t.get("profiled_busy_ms"),
+    "outside": lambda t: t.get("outside_forward_ms"),
+}
+
+
+def witnesses(tasks):
+    """{(candidate, copy): {witness: ms}} for the candidates that were timed."""
+    out = {}
+    for t in tasks:
+        timing = (t.get("result") or {}).get("timing")
+        if timing and timing.get("candidate"):
+            out[(t["labels"]["candidate"], t["labels"]["copy"])] = {
+                name: read(timing) for name, read in WITNESSES.items()
+            }
+    return out
+
+
+def witness_agreement(a, b):
+    """The candidate's time in two runs, by witness: difference in percent, median and worst."""
+    parts = []
+    for name in WITNESSES:
+        diffs = [
+            abs(a[k][name] - b[k][name]) / b[k][name] * 100
+            for k in a.keys() & b.keys()
+            if a[k][name] and b[k][name]
+        ]
+        if diffs:
+            parts.append(f"{name} {statistics.median(diffs):.1f}% (worst {max(diffs):.1f}%)")
+    return "candidate time by witness: " + (", ".join(parts) if parts else "n/a")
 
 
 def speedups_by_gpu(tasks):
@@ -200,6 +238,7 @@ def report(paths):
             print(f"scaling {two}: {runs[two]['per_hour']:.0f}/h vs 1 GPU {statistics.mean(one):.0f}/h: efficiency {eff:.0%}")
     if "embedded_cuda0" in runs and "embedded_cuda1" in runs:
         print("cross-GPU speedup agreement (cuda:0 vs cuda:1, same candidates):", agreement(runs["embedded_cuda0"]["speedups"], runs["embedded_cuda1"]["speedups"]))
+        print("  " + witness_agreement(runs["embedded_cuda0"]["witnesses"], runs["embedded_cuda1"]["witnesses"]))
     if "shared_gpu_2workers" in runs and "embedded_cuda0" in runs:
         s = runs["shared_gpu_2workers"]
         print(
@@ -207,6 +246,7 @@ def report(paths):
             "speedup agreement with one worker:",
             agreement(s["speedups"], runs["embedded_cuda0"]["speedups"]),
         )
+        print("  " + witness_agreement(s["witnesses"], runs["embedded_cuda0"]["witnesses"]))
 
 
 if __name__ == "__main__":
