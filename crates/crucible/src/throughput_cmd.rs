@@ -109,6 +109,10 @@ pub struct ThroughputArgs {
     /// Prestarted candidate processes do not start the profiler ahead of their evaluation.
     #[arg(long)]
     cold_profiler: bool,
+    /// The GPU lock on this file instead of the GPU's own; with it the lock also works on the
+    /// CPU (where nothing is timed, but trials still take their shares).
+    #[arg(long)]
+    lock_file: Option<PathBuf>,
     /// Per-evaluation rows as JSON lines.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -392,6 +396,9 @@ struct Seen {
     /// The part of `lock_wait_s` spent inside each correctness trial (`trial_0`, ...): the
     /// compile estimate (first trial minus the later ones) must not count it as compiling.
     trial_lock_wait_s: BTreeMap<String, f64>,
+    /// Time the correctness trials held a share of the GPU (the referee's prepare and check,
+    /// the candidate's forward; not its compiles, during which the share is let go).
+    trial_share_s: f64,
     /// Reference-cache lookups in order: the plain reference, then the matched class.
     cache_hits: Vec<bool>,
     prestarted: bool,
@@ -404,6 +411,9 @@ struct Row {
     compile_s: f64,
     gpu_s: f64,
     lock_wait_s: f64,
+    /// The correctness trials' time under a GPU share, and waiting for one.
+    trial_share_s: f64,
+    trial_lock_wait_s: f64,
     overhead_s: f64,
     /// What every evaluation pays whatever the candidate does: the static checks, waiting for
     /// the processes, building the reference, loading the candidate, set-up and teardown.
@@ -506,6 +516,10 @@ fn run_mode(
                     }
                 }
                 EngineEvent::UntimedGpuWork { entered, left } => {
+                    let stage = CONTROL.with(|c| c.borrow().as_ref().and_then(Control::stage));
+                    if stage.is_some_and(|s| s.starts_with("trial_")) {
+                        job.trial_share_s += (left - entered).as_secs_f64();
+                    }
                     if let Ok(mut untimed) = untimed.lock() {
                         untimed.push((entered, left));
                     }
@@ -525,6 +539,7 @@ fn run_mode(
         base: Some(base.clone()),
         probe: Some(probe),
         cold_profiler: args.cold_profiler,
+        lock_file: args.lock_file.clone(),
         ..Tuning::default()
     };
     let created = Instant::now();
@@ -665,6 +680,8 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         compile_s,
         gpu_s,
         lock_wait_s: seen.lock_wait_s,
+        trial_share_s: seen.trial_share_s,
+        trial_lock_wait_s: seen.trial_lock_wait_s.values().sum(),
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         stages,
         prestarted: seen.prestarted,
@@ -746,6 +763,11 @@ impl Measured {
             ("candidate compile", column(&|r| r.compile_s)),
             ("GPU work (timed iterations run)", column(&|r| r.gpu_s)),
             ("GPU-lock wait", column(&|r| r.lock_wait_s)),
+            ("trials: under a GPU share", column(&|r| r.trial_share_s)),
+            (
+                "trials: waiting for a share",
+                column(&|r| r.trial_lock_wait_s),
+            ),
             ("judge overhead", column(&|r| r.overhead_s)),
             (
                 "fixed part (verify+start+reference+load+outside)",
@@ -812,6 +834,8 @@ impl Measured {
                 "compile_s": row.compile_s,
                 "gpu_s": row.gpu_s,
                 "lock_wait_s": row.lock_wait_s,
+                "trial_share_s": row.trial_share_s,
+                "trial_lock_wait_s": row.trial_lock_wait_s,
                 "overhead_s": row.overhead_s,
                 "fixed_s": row.fixed_s,
                 "prestarted": row.prestarted,
