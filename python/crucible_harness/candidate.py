@@ -466,6 +466,10 @@ def main():
         with notes.during():
             return candidate.run(msg)
 
+    def profiler_started(_msg):
+        start_profiler(torch, device)
+        return {}
+
     handlers = {
         "load": candidate.load,
         "run": run,
@@ -473,7 +477,7 @@ def main():
         "time": candidate.time,
         "time_deliver": candidate.time_deliver,
         "time_batch": candidate.time_batch,
-        "start_profiler": lambda _msg: start_profiler(torch, device) or {},
+        "start_profiler": profiler_started,
         "profile": candidate.profile,
         "reload": candidate.reload,
         "run_generalized": candidate.run_generalized,
