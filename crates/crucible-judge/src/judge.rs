@@ -100,7 +100,7 @@ pub struct TimingConfig {
     /// The CPU priority (nice value) of the referee's and the candidate's processes while the
     /// timed phases run; `None` leaves it. A timed sample spans the forward's Python launch path,
     /// so a timed process that waits for a CPU behind other evaluations' compiles measures
-    /// slower (see `HarnessProcess::set_nice`).
+    /// slower (see `session::TimedPriority`).
     pub nice: Option<i32>,
 }
 

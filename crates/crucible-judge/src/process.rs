@@ -302,14 +302,6 @@ impl HarnessProcess {
         }
     }
 
-    /// Sets the CPU priority of every thread in the process's group (`setpriority` on the
-    /// group: threads started later inherit it). A negative nice needs `CAP_SYS_NICE`, which the
-    /// judge has as root; the candidate, without capabilities, can only lower its own.
-    pub fn set_nice(&self, nice: i32) -> std::io::Result<()> {
-        // The child called setsid, so its pid is its process group id.
-        set_group_nice(self.child.id() as libc::pid_t, nice)
-    }
-
     pub(crate) fn kill_group(&self) {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.
@@ -374,7 +366,9 @@ fn drain_into(mut stream: Box<dyn Read + Send>, log: &Mutex<Vec<u8>>) {
     }
 }
 
-/// `setpriority` on a process group: every thread of every process in it.
+/// `setpriority` on a process group: every thread of every process in it (threads started
+/// later inherit it). A negative nice needs `CAP_SYS_NICE`, which the judge has as root; the
+/// candidate, without capabilities, can only lower its own.
 pub(crate) fn set_group_nice(group: libc::pid_t, nice: i32) -> std::io::Result<()> {
     // SAFETY: plain syscall on a process group id.
     let done = unsafe { libc::setpriority(libc::PRIO_PGRP, group as libc::id_t, nice) };

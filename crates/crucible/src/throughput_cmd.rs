@@ -389,6 +389,13 @@ thread_local! {
     static CONTROL: RefCell<Option<Control>> = const { RefCell::new(None) };
 }
 
+/// Whether the current thread's evaluation is in a correctness trial; which one.
+fn current_trial() -> Option<String> {
+    CONTROL
+        .with(|c| c.borrow().as_ref().and_then(Control::stage))
+        .filter(|stage| stage.starts_with("trial_"))
+}
+
 /// What the probe saw of one job.
 #[derive(Default, Clone)]
 struct Seen {
@@ -503,8 +510,7 @@ fn run_mode(
             match event {
                 EngineEvent::GpuLockWait(waited) => {
                     job.lock_wait_s += waited.as_secs_f64();
-                    let stage = CONTROL.with(|c| c.borrow().as_ref().and_then(Control::stage));
-                    if let Some(trial) = stage.filter(|s| s.starts_with("trial_")) {
+                    if let Some(trial) = current_trial() {
                         *job.trial_lock_wait_s.entry(trial).or_default() += waited.as_secs_f64();
                     }
                 }
@@ -516,8 +522,7 @@ fn run_mode(
                     }
                 }
                 EngineEvent::UntimedGpuWork { entered, left } => {
-                    let stage = CONTROL.with(|c| c.borrow().as_ref().and_then(Control::stage));
-                    if stage.is_some_and(|s| s.starts_with("trial_")) {
+                    if current_trial().is_some() {
                         job.trial_share_s += (left - entered).as_secs_f64();
                     }
                     if let Ok(mut untimed) = untimed.lock() {
