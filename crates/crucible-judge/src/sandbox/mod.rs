@@ -368,9 +368,8 @@ impl Sandbox {
     /// and the candidate's own Triton compile (gcc and its children) failed on an H200 after it.
     /// The namespace then holds init and at most `max_processes + RESERVED_PIDS` tasks.
     fn namespace_pid_max(&self) -> u64 {
-        self.max_processes
-            .saturating_add(pid::RESERVED_PIDS + 2)
-            .max(pid::PID_MAX_FLOOR)
+        // Always above the kernel's floor (`PID_MAX_FLOOR`).
+        self.max_processes.saturating_add(pid::RESERVED_PIDS + 2)
     }
 
     /// Everything `enter` needs, built before fork: the Landlock ruleset, the seccomp filters and
