@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -873,7 +873,9 @@ fn child_entry() {
     match role.as_str() {
         // Claims and completes until the queue is empty; writes the task ids it completed.
         "drain" => {
-            // Start together: wait for the parent's `go` file next to our output.
+            // Start together: say we are ready, then wait for the parent's `go` file next to
+            // our output.
+            std::fs::write(format!("{out}.ready"), "").unwrap();
             let go = Path::new(&out).with_file_name("go");
             while !go.exists() {
                 std::thread::sleep(Duration::from_millis(2));
@@ -908,7 +910,21 @@ fn two_processes_never_claim_the_same_task(f: &Fixture) {
         .iter()
         .map(|out| spawn_child("drain", &f.url(), out))
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Both must have opened the store before either starts, or on a loaded machine one can
+    // drain the queue before the other is up (a fixed pause was not enough on two busy cores).
+    let ready = |out: &PathBuf| {
+        let mut name = out.clone().into_os_string();
+        name.push(".ready");
+        PathBuf::from(name).exists()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !outs.iter().all(ready) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the children did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     std::fs::write(dir.path().join("go"), "").unwrap();
     for mut child in children {
         assert!(child.wait().unwrap().success(), "child failed");
