@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 
 def call(url, method="GET", body=None, timeout=330):
@@ -33,8 +34,8 @@ def submit(base, set_dir, scale, tag):
         entries = [json.loads(line) for line in manifest if line.strip()]
     for copy in range(int(scale)):
         for n, entry in enumerate(entries):
-            task = open(os.path.join(set_dir, entry["task_file"])).read()
-            candidate = open(os.path.join(set_dir, entry["candidate_file"])).read()
+            task = Path(set_dir, entry["task_file"]).read_text()
+            candidate = Path(set_dir, entry["candidate_file"]).read_text()
             tasks.append(
                 {
                     "task_name": entry["task_name"],
@@ -53,8 +54,8 @@ def worker_of(parent):
         if not entry.isdigit():
             continue
         try:
-            stat = open(f"/proc/{entry}/stat").read()
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
@@ -63,11 +64,20 @@ def worker_of(parent):
     raise SystemExit(f"no worker process under pid {parent}")
 
 
+def cpu_times():
+    """(busy, total) jiffies of the whole machine, from /proc/stat's first line."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def wait(base, batch, kill_parent=None, kill_after=None, limit_s=None):
     """Polls the batch until every task is terminal, or `limit_s` seconds passed (the batch is
     then saved unfinished, marked `"cut": true`); optionally kill -9 one worker (a child of
-    `kill_parent`) once `kill_after` tasks are done. Writes the batch as JSON to stdout."""
+    `kill_parent`) once `kill_after` tasks are done. Writes the batch as JSON to stdout, with
+    the machine's CPU use over the wait (a second GPU only scales if the host has CPU left)."""
     started = time.time()
+    cpu_start = cpu_times()
     killed = None
     cut = False
     while True:
@@ -87,6 +97,9 @@ def wait(base, batch, kill_parent=None, kill_after=None, limit_s=None):
             break
         time.sleep(1.0)
     view["wall_s"] = time.time() - started
+    cpu_end = cpu_times()
+    view["cpu_busy"] = (cpu_end[0] - cpu_start[0]) / max(1, cpu_end[1] - cpu_start[1])
+    view["cpus"] = os.cpu_count()
     view["killed"] = killed
     view["cut"] = cut
     view["metrics"] = urllib.request.urlopen(f"{base}/metrics", timeout=30).read().decode()
@@ -94,7 +107,7 @@ def wait(base, batch, kill_parent=None, kill_after=None, limit_s=None):
 
 
 def summarize(path):
-    view = json.load(open(path))
+    view = json.loads(Path(path).read_text())
     tasks = view["tasks"]
     verdicts = {}
     for t in tasks:
@@ -105,6 +118,7 @@ def summarize(path):
     first = min(t["submitted_at"] for t in tasks)
     last = max(t["finished_at"] or 0 for t in tasks)
     span = last - first
+    metrics = view.get("metrics", "")
     return {
         "name": os.path.basename(path).removesuffix(".json"),
         "tasks": len(tasks),
@@ -114,6 +128,12 @@ def summarize(path):
         "infra_error": verdicts.get("infra_error", 0),
         "span_s": span,
         "per_hour": len(evaluated) / span * 3600 if span > 0 else float("nan"),
+        "steady_per_hour": steady_rate([t["finished_at"] for t in evaluated]),
+        "cpu_busy": view.get("cpu_busy"),
+        "cpus": view.get("cpus"),
+        # Verdicts the server counted: one per task when none was judged twice.
+        "verdicts_counted": metric_total(metrics, "crucible_verdicts_total"),
+        "verdict_by_candidate": verdicts_by_candidate(tasks),
         "verdicts": verdicts,
         "killed": view.get("killed"),
         "cut": view.get("cut", False),
@@ -124,8 +144,41 @@ def summarize(path):
         },
         "witnesses": witnesses(tasks),
         "speedups_by_gpu": speedups_by_gpu(tasks),
-        "evaluations_metric": metric(view.get("metrics", ""), "crucible_evaluations_completed_total"),
     }
+
+
+def steady_rate(finished):
+    """Evaluations per hour between the 10th and the 90th percent of completions: the rate
+    without the start-up (workers warming, references timed) and the tail (the last tasks
+    running with idle slots beside them)."""
+    finished = sorted(finished)
+    i, j = len(finished) // 10, len(finished) * 9 // 10 - 1
+    if j <= i or finished[j] <= finished[i]:
+        return float("nan")
+    return (j - i) / (finished[j] - finished[i]) * 3600
+
+
+def verdicts_by_candidate(tasks):
+    """{candidate: {verdict: count}} over every copy and GPU of a run."""
+    by = {}
+    for t in tasks:
+        verdict = (t.get("result") or {}).get("verdict")
+        if verdict:
+            counts = by.setdefault(t["labels"]["candidate"], {})
+            counts[verdict] = counts.get(verdict, 0) + 1
+    return by
+
+
+def verdict_agreement(runs):
+    """Whether every candidate got one verdict in every copy, on every GPU and in every run."""
+    merged = {}
+    for s in runs:
+        for candidate, counts in s["verdict_by_candidate"].items():
+            merged.setdefault(candidate, set()).update(counts)
+    split = sorted(c for c, verdicts in merged.items() if len(verdicts) > 1)
+    judged = sum(sum(c.values()) for s in runs for c in s["verdict_by_candidate"].values())
+    line = f"verdicts: {len(merged) - len(split)} of {len(merged)} candidates got the same verdict in all {judged} evaluations (every copy, GPU and run)"
+    return line + (f"; split: {', '.join(split)}" if split else "")
 
 
 # What each timed candidate's time was by each witness: the per-forward timed median (which
@@ -197,14 +250,16 @@ def cross_gpu_within(by_gpu):
     return f"{a} vs {b}: " + agreement(medians[a], medians[b])
 
 
-def metric(text, name):
+def metric_total(text, name):
+    """The sum of a Prometheus counter over its labels; None when the server did not export it."""
+    values = []
     for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
+        if line.startswith((name + " ", name + "{")):
             try:
-                return float(line.split()[-1])
+                values.append(float(line.split()[-1]))
             except ValueError:
-                return None
-    return None
+                pass
+    return sum(values) if values else None
 
 
 def agreement(a, b):
@@ -217,12 +272,16 @@ def agreement(a, b):
 
 def report(paths):
     runs = {s["name"]: s for s in map(summarize, paths)}
-    print(f"{'run':<22} {'tasks':>5} {'evald':>5} {'results':>7} {'retried':>7} {'infra':>5} {'span s':>7} {'evals/h':>8}  verdicts")
+    print(f"{'run':<22} {'tasks':>5} {'evald':>5} {'results':>7} {'retried':>7} {'infra':>5} {'span s':>7} {'evals/h':>8} {'steady/h':>8} {'CPU':>5}  verdicts")
     for s in runs.values():
+        cpu = f"{s['cpu_busy']:.0%}" if s["cpu_busy"] is not None else "n/a"
         print(
             f"{s['name']:<22} {s['tasks']:>5} {s['evaluated']:>5} {s['results']:>7} {s['attempts_over_1']:>7} "
-            f"{s['infra_error']:>5} {s['span_s']:>7.1f} {s['per_hour']:>8.0f}  {json.dumps(s['verdicts'], sort_keys=True)}"
+            f"{s['infra_error']:>5} {s['span_s']:>7.1f} {s['per_hour']:>8.0f} {s['steady_per_hour']:>8.0f} {cpu:>5}  "
+            f"{json.dumps(s['verdicts'], sort_keys=True)}"
         )
+        if s["verdicts_counted"] is not None:
+            print(f"  verdicts the server counted: {s['verdicts_counted']:.0f} for {s['tasks']} tasks (more would mean a task judged twice)")
         if s["cut"]:
             print(f"  cut at its time limit: {s['results']} of {s['tasks']} finished")
         if s["killed"]:
@@ -236,6 +295,10 @@ def report(paths):
         if one and two in runs:
             eff = runs[two]["per_hour"] / (2 * statistics.mean(one))
             print(f"scaling {two}: {runs[two]['per_hour']:.0f}/h vs 1 GPU {statistics.mean(one):.0f}/h: efficiency {eff:.0%}")
+            steady_one = [runs[n]["steady_per_hour"] for n in ("embedded_cuda0", "embedded_cuda1") if n in runs]
+            steady = runs[two]["steady_per_hour"] / (2 * statistics.mean(steady_one))
+            print(f"  steady rates (10-90 % of completions): {runs[two]['steady_per_hour']:.0f}/h vs {statistics.mean(steady_one):.0f}/h: efficiency {steady:.0%}")
+    print(verdict_agreement(runs.values()))
     if "embedded_cuda0" in runs and "embedded_cuda1" in runs:
         print("cross-GPU speedup agreement (cuda:0 vs cuda:1, same candidates):", agreement(runs["embedded_cuda0"]["speedups"], runs["embedded_cuda1"]["speedups"]))
         print("  " + witness_agreement(runs["embedded_cuda0"]["witnesses"], runs["embedded_cuda1"]["witnesses"]))

@@ -7,7 +7,7 @@
 # DEVICE in three conditions, one evaluation at a time (fresh judge, reference timed each time):
 #   alone        an idle machine, the timed processes at the judge's own priority
 #   loaded       the same beside one busy process per core (what other evaluations' compiles do)
-#   loaded+boost the same, with the judge's default: timed processes at nice -10 while timed
+#   loaded_boost the same, with the judge's default: timed processes at nice -10 while timed
 # and prints, per condition, the candidate's and the reference's median ms per run, their spread
 # ((max-min)/min) and the speedups'. Run on the GPU machine after scripts/gpu-prepare:
 #   scripts/probe/timing_noise.sh [OUTDIR]    (REPEATS=6, DEVICE=cuda:0, TASK, CANDIDATE)
@@ -16,6 +16,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 out=${1:-${OUT:-/tmp/timing-noise}}
 mkdir -p "$out"
+# No `+` in the names: the device tool does not bring such files back.
+rm -f "$out"/alone.* "$out"/loaded.* "$out"/loaded_boost.*
 bin=${CRUCIBLE_BIN:-.device-carry/crucible}
 export CRUCIBLE_PYTHON=${CRUCIBLE_PYTHON:-python3}
 export CRUCIBLE_CACHE=${CRUCIBLE_CACHE:-/tmp/crucible-cache}
@@ -31,26 +33,29 @@ stop_load() { kill "${load_pids[@]}" 2>/dev/null; wait "${load_pids[@]}" 2>/dev/
 trap stop_load EXIT
 judge() { # CONDITION [eval flags...]
   local condition=$1; shift
-  for _ in $(seq "$repeats"); do
+  # One file per run: `--out` starts its file afresh.
+  for run in $(seq "$repeats"); do
     "$bin" eval --device "$device" --task "$task" --candidate "$candidate" --trials 1 \
-      --generalize off --json --out "$out/$condition.jsonl" "$@" >/dev/null 2>>"$out/$condition.err"
+      --generalize off --out "$out/$condition.$run.jsonl" "$@" >/dev/null 2>>"$out/$condition.err"
   done
 }
 judge alone --timed-nice 0
 start_load
 judge loaded --timed-nice 0
-judge loaded+boost
+judge loaded_boost
 stop_load
 python3 - "$out" <<'PY'
-import json, statistics, sys
+import glob, json, statistics, sys
 out = sys.argv[1]
 def spread(xs):
     return (max(xs) - min(xs)) / min(xs) * 100 if xs else float("nan")
 print(f"{'condition':<12} {'runs':>4} {'cand ms median':>14} {'spread':>7} {'ref ms median':>13} {'spread':>7} {'speedup median':>14} {'spread':>7} {'cand cv median':>14}")
-for condition in ("alone", "loaded", "loaded+boost"):
+for condition in ("alone", "loaded", "loaded_boost"):
     try:
-        rs = [json.loads(l) for l in open(f"{out}/{condition}.jsonl") if l.strip()]
+        rs = [json.loads(l) for p in glob.glob(f"{out}/{condition}.*.jsonl") for l in open(p) if l.strip()]
     except OSError:
+        continue
+    if not rs:
         continue
     timed = [r for r in rs if r.get("timing") and r.get("speedup")]
     cand = [r["timing"]["candidate"]["median_ms"] for r in timed]
