@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use crucible_judge::{Device, Runtime};
 use crucible_queue::{Store, WorkerInfo};
 use crucible_service::{Limits, ServiceConfig};
-use crucible_worker::{Engine, EngineOptions, Evaluator, LoopConfig};
+use crucible_worker::{Engine, EngineOptions, Evaluator, LoopConfig, Tuning};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -55,6 +55,12 @@ pub struct WorkerTuning {
     /// Evaluations in flight per worker (default: the engine's own choice).
     #[arg(long)]
     concurrency: Option<usize>,
+    /// Harness pairs kept started ahead per worker (default: the engine's, twice the
+    /// concurrency on a GPU). A burst of candidates that fail fast empties a shallow pool, and
+    /// the next evaluations then wait for a pair to start; each ready pair holds two CUDA
+    /// contexts on its GPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pool_depth: Option<u32>,
     /// Seconds a claim holds before a silent worker's task is given to another.
     #[arg(long, default_value_t = 60.0)]
     lease_secs: f64,
@@ -119,7 +125,11 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| default_concurrency(device)),
         ..EngineOptions::default()
     };
-    let engine = Engine::new(runtime, device, options)
+    let tuning = Tuning {
+        pool_depth: args.tuning.pool_depth.map(|n| n as usize),
+        ..Tuning::default()
+    };
+    let engine = Engine::with_tuning(runtime, device, options, tuning)
         .with_context(|| format!("starting the judge engine on {device}"))?;
     let info = WorkerInfo {
         id: args
@@ -402,6 +412,9 @@ fn worker_command(exe: &std::path::Path, slot: &Slot) -> Command {
     .arg(slot.tuning.lease_secs.to_string());
     if let Some(n) = slot.tuning.concurrency {
         cmd.arg("--concurrency").arg(n.to_string());
+    }
+    if let Some(n) = slot.tuning.pool_depth {
+        cmd.arg("--pool-depth").arg(n.to_string());
     }
     cmd.stdin(Stdio::null());
     use std::os::unix::process::CommandExt;

@@ -84,6 +84,9 @@ pub struct ThroughputArgs {
     /// Evaluations at once with the engine ON.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    /// Harness pairs the ON engine keeps started ahead (default: the engine's own).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pool_depth: Option<u32>,
     /// Timed iterations per side (and warm-up iterations before them).
     #[arg(long, default_value_t = 30)]
     iters: u32,
@@ -203,6 +206,15 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         }
         let chosen = if on { &all } else { &sample };
         println!("\n== {name}: {} candidates ({})", chosen.len(), mix(chosen));
+        if on {
+            let depth = args
+                .pool_depth
+                .map_or_else(|| "the engine's".to_string(), |n| n.to_string());
+            println!(
+                "  {} evaluations at once, pool depth {depth}",
+                args.concurrency.max(1)
+            );
+        }
         if args.pace_s > 0.0 {
             println!(
                 "  paced: {} s before each evaluation (the rate counts the pauses)",
@@ -545,6 +557,7 @@ fn run_mode(
         probe: Some(probe),
         cold_profiler: args.cold_profiler,
         lock_file: args.lock_file.clone(),
+        pool_depth: args.pool_depth.map(|n| n as usize),
         ..Tuning::default()
     };
     let created = Instant::now();

@@ -282,7 +282,8 @@ fn a_task_result_by_long_poll_and_a_batch_by_events() {
     }
     let dir = tempfile::tempdir().expect("temp dir");
     let queue = format!("sqlite://{}", dir.path().join("q.db").display());
-    let server = Server::start(&queue, free_port(), &[]);
+    // Worker tuning is passed on to the worker processes: one that refused it would judge nothing.
+    let server = Server::start(&queue, free_port(), &["--pool-depth", "1"]);
 
     let (status, submitted) = server.post("/v1/tasks", &builtin("01_relu"));
     assert_eq!(status, StatusCode::ACCEPTED, "{submitted}");
