@@ -774,7 +774,8 @@ impl Measured {
         }
         let column = |f: &dyn Fn(&Row) -> f64| -> (f64, f64) {
             let values: Vec<f64> = self.rows.iter().map(f).collect();
-            (median(&values), values.iter().sum())
+            // `+ 0.0`: f64's `sum` starts from -0.0, which would print as "-0.00".
+            (median(&values), values.iter().sum::<f64>() + 0.0)
         };
         for (label, (med, sum)) in [
             ("wall", column(&|r| r.wall_s)),
