@@ -34,27 +34,46 @@ impl RedisServer {
             );
             return None;
         }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let child = spawn_redis(dir.path(), port);
-        let server = RedisServer { child, port, dir };
-        server.wait_ready();
-        Some(server)
+        let mut dir = tempfile::tempdir().expect("temp dir");
+        // A port that `free_port` found free can be taken by another test's server before ours
+        // binds it; ours then exits, and a new port is tried.
+        for _ in 0..5 {
+            let port = free_port();
+            let child = spawn_redis(dir.path(), port);
+            let mut server = RedisServer { child, port, dir };
+            if server.wait_ready() {
+                return Some(server);
+            }
+            dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("temp dir"));
+        }
+        panic!("redis-server exited at start on five ports in a row");
     }
 
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    fn wait_ready(&self) {
+    /// Waits until this server, and no other on its port, answers (it reports its own pid) with
+    /// its append-only file loaded. False when it exited instead (its port was taken).
+    fn wait_ready(&mut self) -> bool {
         let give_up = Instant::now() + Duration::from_secs(10);
+        let client = ::redis::Client::open(self.url()).expect("client");
+        let ours = format!("process_id:{}", self.child.id());
         while Instant::now() < give_up {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+            if self.child.try_wait().expect("poll redis-server").is_some() {
+                return false;
+            }
+            if let Ok(mut con) = client.get_connection()
+                && let Ok(info) = ::redis::cmd("INFO").arg("server").query::<String>(&mut con)
+                && info.lines().any(|line| line.trim() == ours)
+                // INFO answers while the append-only file loads; PING only once it is loaded.
+                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
+            {
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server did not listen on port {}", self.port);
+        panic!("redis-server did not answer on port {}", self.port);
     }
 
     /// Stops the server (SIGKILL after its append-only file is synced) and starts it again on the
@@ -63,19 +82,11 @@ impl RedisServer {
         self.child.kill().expect("kill redis-server");
         self.child.wait().expect("reap redis-server");
         self.child = spawn_redis(self.dir.path(), self.port);
-        self.wait_ready();
-        // Loading the append-only file happens after the port opens: wait for PING.
-        let give_up = Instant::now() + Duration::from_secs(10);
-        let client = ::redis::Client::open(self.url()).expect("client");
-        while Instant::now() < give_up {
-            if let Ok(mut con) = client.get_connection()
-                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not come back");
+        assert!(
+            self.wait_ready(),
+            "redis-server did not come back on port {}",
+            self.port
+        );
     }
 }
 
