@@ -34,46 +34,21 @@ impl RedisServer {
             );
             return None;
         }
-        let mut dir = tempfile::tempdir().expect("temp dir");
+        let dir = tempfile::tempdir().expect("temp dir");
         // A port that `free_port` found free can be taken by another test's server before ours
         // binds it; ours then exits, and a new port is tried.
         for _ in 0..5 {
             let port = free_port();
-            let child = spawn_redis(dir.path(), port);
-            let mut server = RedisServer { child, port, dir };
-            if server.wait_ready() {
-                return Some(server);
+            let mut child = spawn_redis(dir.path(), port);
+            if wait_ready(&mut child, port) {
+                return Some(RedisServer { child, port, dir });
             }
-            dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("temp dir"));
         }
         panic!("redis-server exited at start on five ports in a row");
     }
 
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// Waits until this server, and no other on its port, answers (it reports its own pid) with
-    /// its append-only file loaded. False when it exited instead (its port was taken).
-    fn wait_ready(&mut self) -> bool {
-        let give_up = Instant::now() + Duration::from_secs(10);
-        let client = ::redis::Client::open(self.url()).expect("client");
-        let ours = format!("process_id:{}", self.child.id());
-        while Instant::now() < give_up {
-            if self.child.try_wait().expect("poll redis-server").is_some() {
-                return false;
-            }
-            if let Ok(mut con) = client.get_connection()
-                && let Ok(info) = ::redis::cmd("INFO").arg("server").query::<String>(&mut con)
-                && info.lines().any(|line| line.trim() == ours)
-                // INFO answers while the append-only file loads; PING only once it is loaded.
-                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer on port {}", self.port);
     }
 
     /// Stops the server (SIGKILL after its append-only file is synced) and starts it again on the
@@ -83,11 +58,34 @@ impl RedisServer {
         self.child.wait().expect("reap redis-server");
         self.child = spawn_redis(self.dir.path(), self.port);
         assert!(
-            self.wait_ready(),
+            wait_ready(&mut self.child, self.port),
             "redis-server did not come back on port {}",
             self.port
         );
     }
+}
+
+/// Waits until this server, and no other on its port, answers (it reports its own pid) with
+/// its append-only file loaded. False when it exited instead (its port was taken).
+fn wait_ready(child: &mut Child, port: u16) -> bool {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}/0")).expect("client");
+    let ours = format!("process_id:{}", child.id());
+    while Instant::now() < give_up {
+        if child.try_wait().expect("poll redis-server").is_some() {
+            return false;
+        }
+        if let Ok(mut con) = client.get_connection()
+            && let Ok(info) = ::redis::cmd("INFO").arg("server").query::<String>(&mut con)
+            && info.lines().any(|line| line.trim() == ours)
+            // INFO answers while the append-only file loads; PING only once it is loaded.
+            && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server did not answer on port {port}");
 }
 
 fn spawn_redis(dir: &Path, port: u16) -> Child {
