@@ -14,21 +14,14 @@ import urllib.request
 
 import crucible
 import pytest
-from conftest import solution
+from conftest import REPO, solution
 from crucible.client import AsyncClient, Client, ServiceError, task_spec
 
 TOKEN = "test-token-123"
-# A candidate that takes long enough for a cancel to find it queued or running.
-SLOW = """
-import time
-import torch.nn as nn
-import triton
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        time.sleep(30)
-        return x
-"""
+# An honest ReLU whose `forward` then sleeps: it passes the static verifier (a candidate without a
+# Triton kernel is rejected in a millisecond, before any cancel could find it) and stays in its
+# first trial until cancelled.
+SLOW = (REPO / "crates/crucible-judge/tests/fixtures/slow_relu.py").read_text()
 
 
 def free_port() -> int:
@@ -53,6 +46,9 @@ class Server:
             "--token",
             TOKEN,
             "--workers",
+            "1",
+            # One evaluation at a time, so a second task waits in the queue behind a running one.
+            "--concurrency",
             "1",
             "--devices",
             "cpu",
@@ -160,9 +156,15 @@ def test_batch_submit_and_stream(client):
 
 
 def test_cancel(client):
-    # The slow candidate occupies the worker; the second waits in the queue and is cancelled.
+    # The slow candidate occupies the worker's one slot; the second waits in the queue and is
+    # cancelled there, then the running one is cancelled mid-trial.
     busy = client.submit(**_args(relu_spec(candidate=SLOW, cache=False)))
+    deadline = time.monotonic() + 60
+    while client.task(busy)["state"] != "running":
+        assert time.monotonic() < deadline, client.task(busy)
+        time.sleep(0.1)
     queued = client.submit(**_args(relu_spec(candidate=SLOW + "\n# 2\n", cache=False)))
+    assert client.task(queued)["state"] == "queued"
     outcome = client.cancel(queued)
     assert outcome == {"id": queued, "cancelled": True, "state": "cancelled"}
     assert client.task(queued)["state"] == "cancelled"

@@ -7,18 +7,15 @@
 //! Run: `cargo bench -p crucible-queue --bench queue` (or `--profile device` for a quicker build).
 
 use std::cell::Cell;
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crucible_queue::{Store, TaskSpec, WorkerInfo};
+use crucible_testkit::{AppendFsync, RedisServer};
 
 const QUEUED: usize = 100_000;
 const BATCH: usize = 1_000;
 const SINGLE_SUBMITS: usize = 2_000;
 const CLAIMS: usize = 5_000;
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
 /// A task of realistic size: a 1 KB task file and a 2 KB candidate, unique per index.
 fn spec(i: usize) -> TaskSpec {
@@ -114,48 +111,6 @@ fn open_small(open: &impl Fn() -> Store) -> f64 {
     claim_complete(&store)
 }
 
-struct RedisServer(Child);
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_redis(dir: &Path) -> Option<(RedisServer, u16)> {
-    if !Path::new(REDIS_SERVER).exists() {
-        println!("redis : SKIPPED ({REDIS_SERVER} is absent)");
-        return None;
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let child = Command::new(REDIS_SERVER)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "yes", "--appendfsync", "everysec"])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let server = RedisServer(child);
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < give_up, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((server, port))
-}
-
 fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let n = Cell::new(0);
@@ -164,11 +119,11 @@ fn main() {
         let path = dir.path().join(format!("bench{}.db", n.get()));
         Store::open(&format!("sqlite://{}", path.display())).expect("open sqlite")
     });
-    if let Some((_server, port)) = start_redis(dir.path()) {
+    if let Some(server) = RedisServer::start_with(AppendFsync::EverySec) {
         let db = Cell::new(0);
         run("redis", || {
             db.set(db.get() + 1);
-            Store::open(&format!("redis://127.0.0.1:{port}/{}", db.get())).expect("open redis")
+            Store::open(&server.url(db.get())).expect("open redis")
         });
     }
 }

@@ -2,8 +2,6 @@
 //! `redis-server` started per test on a free port (skipped, with a message, when absent).
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -13,111 +11,8 @@ use crucible_queue::{
     Lease, QueueError, RetryOutcome, Store, StoreConfig, TaskSpec, TaskStage, TaskState,
     WorkerInfo, now_unix,
 };
+use crucible_testkit::RedisServer;
 use serde_json::json;
-
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
-
-/// A redis-server of our own, killed (by its pid) when dropped.
-struct RedisServer {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> Option<RedisServer> {
-        if !Path::new(REDIS_SERVER).exists() {
-            // Straight to stderr, not through the test harness's capture: a skip must show.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {REDIS_SERVER} is absent, the Redis backend is not tested"
-            );
-            return None;
-        }
-        let dir = tempfile::tempdir().expect("temp dir");
-        // A port that `free_port` found free can be taken by another test's server before ours
-        // binds it; ours then exits, and a new port is tried.
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = spawn_redis(dir.path(), port);
-            if wait_ready(&mut child, port) {
-                return Some(RedisServer { child, port, dir });
-            }
-        }
-        panic!("redis-server exited at start on five ports in a row");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// Stops the server (SIGKILL after its append-only file is synced) and starts it again on the
-    /// same port and directory.
-    fn restart(&mut self) {
-        self.child.kill().expect("kill redis-server");
-        self.child.wait().expect("reap redis-server");
-        self.child = spawn_redis(self.dir.path(), self.port);
-        assert!(
-            wait_ready(&mut self.child, self.port),
-            "redis-server did not come back on port {}",
-            self.port
-        );
-    }
-}
-
-/// Waits until this server, and no other on its port, answers (it reports its own pid) with
-/// its append-only file loaded. False when it exited instead (its port was taken).
-fn wait_ready(child: &mut Child, port: u16) -> bool {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}/0")).expect("client");
-    let ours = format!("process_id:{}", child.id());
-    while Instant::now() < give_up {
-        if child.try_wait().expect("poll redis-server").is_some() {
-            return false;
-        }
-        if let Ok(mut con) = client.get_connection()
-            && let Ok(info) = ::redis::cmd("INFO").arg("server").query::<String>(&mut con)
-            && info.lines().any(|line| line.trim() == ours)
-            // INFO answers while the append-only file loads; PING only once it is loaded.
-            && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
-        {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server did not answer on port {port}");
-}
-
-fn spawn_redis(dir: &Path, port: u16) -> Child {
-    Command::new(REDIS_SERVER)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args([
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start redis-server")
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
 
 /// A backend to open stores on; what keeps it alive (temp dir, server) lives here.
 enum Fixture {
@@ -137,7 +32,7 @@ impl Fixture {
     fn url(&self) -> String {
         match self {
             Fixture::Sqlite(dir) => format!("sqlite://{}/queue.db", dir.path().display()),
-            Fixture::Redis(server) => server.url(),
+            Fixture::Redis(server) => server.url(0),
         }
     }
 
@@ -595,7 +490,7 @@ fn redis_server_restart_loses_nothing() {
         return;
     };
     let (queued, done) = {
-        let store = Store::open(&server.url()).unwrap();
+        let store = Store::open(&server.url(0)).unwrap();
         let ids = store
             .submit(Some("keep"), vec![spec("a", "c", 0), spec("b", "c", 0)])
             .unwrap();
@@ -604,7 +499,7 @@ fn redis_server_restart_loses_nothing() {
         (ids[1].clone(), ids[0].clone())
     };
     server.restart();
-    let store = Store::open(&server.url()).unwrap();
+    let store = Store::open(&server.url(0)).unwrap();
     assert_eq!(state_of(&store, &done), TaskState::Done);
     let lease = claim(&store, "w").expect("the queued task survived");
     assert_eq!(lease.task_id, queued);
@@ -1000,7 +895,12 @@ fn unknown_urls() {
 
 #[test]
 fn unreachable_redis_fails_at_open() {
-    let url = format!("redis://127.0.0.1:{}/0", free_port());
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("redis://127.0.0.1:{port}/0");
     let started = Instant::now();
     assert!(matches!(Store::open(&url), Err(QueueError::Redis(_))));
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crucible_queue::{Lease, Store, TaskSpec, TaskState, WorkerInfo};
 use crucible_result::{EvalResult, Verdict};
+use crucible_testkit::RedisServer;
 use crucible_worker::{Control, Evaluator, LoopConfig, run_worker};
 
 /// A real result document (from the dashboard's fixtures), re-labelled per call.
@@ -227,59 +228,6 @@ impl Evaluator for Stubborn {
     }
 }
 
-/// A redis-server of our own on a free port in a temp dir, killed by its pid when dropped.
-struct RedisServer {
-    child: std::process::Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> Option<RedisServer> {
-        const REDIS_SERVER: &str = "/usr/bin/redis-server";
-        if !std::path::Path::new(REDIS_SERVER).exists() {
-            eprintln!("SKIPPED: {REDIS_SERVER} is absent; the Redis variant did not run");
-            return None;
-        }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = std::process::Command::new(REDIS_SERVER)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(RedisServer {
-            child,
-            port,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_cancelled_task_stops_its_evaluation_on_sqlite() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -291,7 +239,7 @@ fn a_cancelled_task_stops_its_evaluation_on_redis() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    cancel_stops_the_evaluation(&format!("redis://127.0.0.1:{}/0", redis.port));
+    cancel_stops_the_evaluation(&redis.url(0));
 }
 
 /// A cancelled task's evaluation is told to stop, nothing is written for it, and the next task

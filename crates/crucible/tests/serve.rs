@@ -7,11 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crucible_testkit::RedisServer;
 use reqwest::StatusCode;
 use reqwest::blocking::Client;
 use serde_json::{Value, json};
-
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -189,56 +188,6 @@ impl Drop for Server {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// A redis-server of our own on a free port, killed by pid when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        if !Path::new(REDIS_SERVER).exists() {
-            eprintln!("SKIPPED: {REDIS_SERVER} is absent; the Redis variant is not tested");
-            return None;
-        }
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let child = Command::new(REDIS_SERVER)
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args(["--appendonly", "yes", "--appendfsync", "always"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        let until = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(Redis {
-            child,
-            port,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -535,8 +484,10 @@ fn kill_9_and_restart_with_redis_completes_every_task_once() {
     if !python_or_skip() {
         return;
     }
-    let Some(redis) = Redis::start() else { return };
-    survive_kills(&format!("redis://127.0.0.1:{}/0", redis.port));
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    survive_kills(&redis.url(0));
 }
 
 /// schemathesis (pinned in python/requirements-dev.lock; `scripts/test` exports its directory as
