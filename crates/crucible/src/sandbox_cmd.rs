@@ -14,7 +14,7 @@ pub struct SandboxArgs {
     #[arg(long)]
     no_sandbox: bool,
     /// Sandbox layers for a candidate on a GPU: `all`, `none` or a comma list of landlock,
-    /// seccomp, pid, ipc, user (default: the layers CUDA is known to work under).
+    /// seccomp, pid, ipc, user, root (default: the layers CUDA is known to work under).
     #[arg(long, env = "CRUCIBLE_GPU_SANDBOX", value_parser = Layers::parse)]
     gpu_sandbox: Option<Layers>,
 }
@@ -33,7 +33,7 @@ impl SandboxArgs {
 #[derive(Args, Debug)]
 pub struct SandboxExecArgs {
     /// Layers to apply on a GPU: `all`, `none` or a comma list of landlock, seccomp, pid, ipc,
-    /// user (default: all; without --gpu every layer applies).
+    /// user, root (default: all; without --gpu every layer applies).
     #[arg(long, requires = "gpu", value_parser = Layers::parse)]
     layers: Option<Layers>,
     /// Open the NVIDIA device files, as for a candidate on a GPU.

@@ -73,6 +73,75 @@ pub(super) struct Paths<'a> {
     pub gpu_devices: bool,
 }
 
+/// What a candidate may do beneath one path of its rules. The minimal root (`super::root`)
+/// shows it exactly these paths, so both layers read one list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// Read and execute (system, Python and harness directories).
+    ReadExec,
+    /// Read only (/proc, /sys).
+    Read,
+    /// Read, write and ioctl a device file.
+    Device,
+    /// A directory of device files (`/dev/nvidia-caps`).
+    DeviceDir,
+    /// Everything but making device nodes (the scratch directory).
+    ReadWrite,
+    /// Read and write the files that exist; create nothing (the referee's shared tensors).
+    SharedFiles,
+}
+
+/// Every path the candidate's rules name, with its reach. Paths that do not exist are kept:
+/// each layer skips them.
+pub(super) fn rule_paths(paths: &Paths) -> io::Result<Vec<(PathBuf, Reach)>> {
+    let mut rules: Vec<(PathBuf, Reach)> = Vec::new();
+    for dir in [
+        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc",
+    ] {
+        rules.push((dir.into(), Reach::ReadExec));
+    }
+    // The library directories the judge passes on to the harness (see `harness_env`).
+    for key in ["LD_LIBRARY_PATH", "CUDA_HOME"] {
+        if let Some(value) = std::env::var_os(key) {
+            rules.extend(std::env::split_paths(&value).map(|p| (p, Reach::ReadExec)));
+        }
+    }
+    rules.extend(paths.read_exec.iter().map(|p| (p.clone(), Reach::ReadExec)));
+    for dir in ["/proc", "/sys"] {
+        rules.push((dir.into(), Reach::Read));
+    }
+    for dev in ["null", "zero", "full", "random", "urandom"] {
+        rules.push((Path::new("/dev").join(dev), Reach::Device));
+    }
+    if paths.gpu_devices {
+        // /dev/nvidia0.., nvidiactl, nvidia-uvm, nvidia-caps/: named one by one, since the
+        // rest of /dev (disks among them) must stay closed.
+        for entry in std::fs::read_dir("/dev")?.flatten() {
+            if entry.file_name().as_bytes().starts_with(b"nvidia") {
+                let reach = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    Reach::DeviceDir
+                } else {
+                    Reach::Device
+                };
+                rules.push((entry.path(), reach));
+            }
+        }
+    }
+    rules.extend(
+        paths
+            .read_write
+            .iter()
+            .map(|p| (p.clone(), Reach::ReadWrite)),
+    );
+    rules.extend(
+        paths
+            .shared_files
+            .iter()
+            .map(|p| (p.clone(), Reach::SharedFiles)),
+    );
+    Ok(rules)
+}
+
 /// A ruleset ready for `restrict_self` in the child.
 pub(super) struct PreparedRuleset {
     fd: OwnedFd,
@@ -105,37 +174,17 @@ pub(super) fn prepare(abi: ABI, paths: &Paths, scoping: bool) -> io::Result<Prep
     // Device nodes cannot be made without CAP_MKNOD anyway; say so in the rules too.
     let read_write = handled & !make_bitflags!(AccessFs::{MakeChar | MakeBlock});
     let shared = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | ReadDir});
-
-    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
-    for dir in [
-        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc",
-    ] {
-        rules.push((dir.into(), read_exec));
-    }
-    // The library directories the judge passes on to the harness (see `harness_env`).
-    for key in ["LD_LIBRARY_PATH", "CUDA_HOME"] {
-        if let Some(value) = std::env::var_os(key) {
-            rules.extend(std::env::split_paths(&value).map(|p| (p, read_exec)));
-        }
-    }
-    rules.extend(paths.read_exec.iter().map(|p| (p.clone(), read_exec)));
-    for dir in ["/proc", "/sys"] {
-        rules.push((dir.into(), READ));
-    }
-    for dev in ["null", "zero", "full", "random", "urandom"] {
-        rules.push((Path::new("/dev").join(dev), device));
-    }
-    if paths.gpu_devices {
-        // /dev/nvidia0.., nvidiactl, nvidia-uvm, nvidia-caps/: named one by one, since the
-        // rest of /dev (disks among them) must stay closed.
-        for entry in std::fs::read_dir("/dev")?.flatten() {
-            if entry.file_name().as_bytes().starts_with(b"nvidia") {
-                rules.push((entry.path(), device | AccessFs::ReadDir));
-            }
-        }
-    }
-    rules.extend(paths.read_write.iter().map(|p| (p.clone(), read_write)));
-    rules.extend(paths.shared_files.iter().map(|p| (p.clone(), shared)));
+    let rules = rule_paths(paths)?.into_iter().map(|(path, reach)| {
+        let access = match reach {
+            Reach::ReadExec => read_exec,
+            Reach::Read => READ,
+            Reach::Device => device,
+            Reach::DeviceDir => device | AccessFs::ReadDir,
+            Reach::ReadWrite => read_write,
+            Reach::SharedFiles => shared,
+        };
+        (path, access)
+    });
 
     for (path, access) in rules {
         let access = access & handled;

@@ -10,6 +10,10 @@
 //!   candidate's wait status through a pipe and the supervisor ends the same way, so exit codes
 //!   and signals reach the judge unchanged. A private mount namespace gets a /proc of the new PID
 //!   namespace, so the candidate sees only its own processes.
+//! - **A minimal root** ([`root`]), built by init in that mount namespace: only the paths of
+//!   the Landlock rules exist, bound at their own places (read-only but for the scratch, shared
+//!   and device paths), with a /proc of the namespace. No socket file of the host can be named,
+//!   which Landlock (up to ABI 7) does not cover, and no host path can be looked up.
 //! - **Network and IPC namespaces**: nothing but a downed loopback, no System V IPC shared with
 //!   the host.
 //! - **A user id of its own** ([`caps`]: `UID_BASE` + the supervisor's pid, unique while it
@@ -44,17 +48,19 @@
 //! `Layers::GPU_DEFAULT`): CUDA IPC will not map the referee's memory into another user's
 //! process. The candidate stays uid 0 with every capability dropped; Landlock also lets it write
 //! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
-//! empty tmpfs over /run hides the daemons' sockets. uid 0 is exempt from `RLIMIT_NPROC`, so
+//! empty tmpfs over /run hides the daemons' sockets (the minimal root, which would hide every
+//! socket file, is off on a GPU until measured there: `scripts/gpu-check sandbox` runs it). uid 0 is exempt from `RLIMIT_NPROC`, so
 //! the process limit comes from a pids cgroup of the candidate's own where the host has a
 //! writable v1 pids hierarchy (on every host, not only GPU ones), and from the namespace's
 //! pid_max (measured on the two-GPU H200 host, which has no writable pids cgroup: without it a
-//! candidate forked 300 of 300 processes under a limit of 64). Left open on a GPU: Unix sockets
-//! at paths outside /run.
+//! candidate forked 300 of 300 processes under a limit of 64). Left open on a GPU by default:
+//! Unix socket files outside /run.
 
 mod caps;
 mod cgroup;
 mod landlock;
 mod pid;
+mod root;
 mod seccomp;
 
 use std::ffi::CString;
@@ -104,6 +110,9 @@ pub struct Layers {
     pub pid_namespace: bool,
     pub ipc_namespace: bool,
     pub own_user: bool,
+    /// The minimal root ([`root`]): only the rule paths exist. Needs the PID namespace's
+    /// mount namespace.
+    pub minimal_root: bool,
 }
 
 /// A `--gpu-sandbox` name that is no layer.
@@ -118,6 +127,7 @@ impl Layers {
         pid_namespace: true,
         ipc_namespace: true,
         own_user: true,
+        minimal_root: true,
     };
     pub const NONE: Layers = Layers {
         landlock: false,
@@ -125,22 +135,25 @@ impl Layers {
         pid_namespace: false,
         ipc_namespace: false,
         own_user: false,
+        minimal_root: false,
     };
     /// The names `parse` accepts, in order.
-    pub const NAMES: [&'static str; 5] = ["landlock", "seccomp", "pid", "ipc", "user"];
+    pub const NAMES: [&'static str; 6] = ["landlock", "seccomp", "pid", "ipc", "user", "root"];
 
     /// What a candidate on a GPU gets by default, measured with `scripts/gpu-sandbox-probe` and
     /// `scripts/gpu-check hacks,sandbox` on the H200 test host (driver 580, kernel 6.18): CUDA
     /// works under Landlock once the candidate may write its own /proc/<pid> (CUDA names its
     /// threads there), under the seccomp filter once it allows Unix sockets, and under the PID and
     /// IPC namespaces. CUDA IPC refuses to import the referee's memory into a process of another
-    /// user id, so the candidate stays uid 0, without any capability.
+    /// user id, so the candidate stays uid 0, without any capability. The minimal root is
+    /// off until measured on a GPU host (`--gpu-sandbox all` or `...,root` turns it on).
     pub const GPU_DEFAULT: Layers = Layers {
         landlock: true,
         seccomp: true,
         pid_namespace: true,
         ipc_namespace: true,
         own_user: false,
+        minimal_root: false,
     };
 
     /// Parses a comma list of `NAMES`, or `all` / `none`.
@@ -155,6 +168,7 @@ impl Layers {
                 "pid" => layers.pid_namespace = true,
                 "ipc" => layers.ipc_namespace = true,
                 "user" => layers.own_user = true,
+                "root" => layers.minimal_root = true,
                 other => return Err(UnknownLayer(other.to_string())),
             }
         }
@@ -180,6 +194,12 @@ impl Layers {
             off.push(
                 "a user id of its own (off on a GPU: CUDA IPC needs the referee's; the candidate \
                  runs as uid 0 with no capabilities)",
+            );
+        }
+        if !self.minimal_root {
+            off.push(
+                "a minimal root (off on a GPU: not yet measured there; Unix socket files outside \
+                 /run stay reachable)",
             );
         }
         off
@@ -218,6 +238,8 @@ struct Support {
     seccomp: bool,
     /// pid_max is per PID namespace (Linux 6.14+): init can cap the tasks in the candidate's.
     namespace_pid_max: bool,
+    /// A minimal root can be built (`pivot_root` in the private mount namespace).
+    minimal_root: bool,
     missing: Vec<&'static str>,
 }
 
@@ -230,6 +252,7 @@ fn support() -> &'static Support {
         let ipc_namespace = probe(&|| unsafe { libc::unshare(libc::CLONE_NEWIPC) == 0 });
         let pid_namespace = probe(&pid::namespace_works);
         let namespace_pid_max = pid_namespace && pid::namespace_pid_max_works();
+        let minimal_root = pid_namespace && pid::minimal_root_works();
         let own_user = probe(&|| unsafe { caps::become_user(caps::own_uid()).is_ok() });
         // Compiled here, before the fork: the probe only installs it.
         let seccomp = seccomp::Filters::build(false)
@@ -254,6 +277,12 @@ fn support() -> &'static Support {
         if !pid_namespace {
             missing.push("PID namespace");
         }
+        if !minimal_root {
+            missing.push(
+                "a minimal root (the host's paths stay visible, and its Unix socket files \
+                 reachable where Unix sockets are allowed)",
+            );
+        }
         if !own_user {
             missing.push("a user id of its own (the process limit is not enforced)");
         }
@@ -268,6 +297,7 @@ fn support() -> &'static Support {
             own_user,
             seccomp,
             namespace_pid_max,
+            minimal_root,
             missing,
         }
     })
@@ -323,10 +353,13 @@ impl Sandbox {
         if self.gpu_devices {
             missing.extend(self.gpu_layers.off_on_gpu());
             if self.gpu_layers.seccomp {
-                missing.push(
+                missing.push(if self.gpu_layers.minimal_root {
+                    "the seccomp ban on Unix sockets (off on a GPU: CUDA needs them; the minimal \
+                     root shows no socket file of the host's)"
+                } else {
                     "the seccomp ban on Unix sockets (off on a GPU: CUDA needs them; daemon \
-                     sockets in /run are hidden)",
-                );
+                     sockets in /run are hidden)"
+                });
             }
         }
         let process_limit = self.process_limit();
@@ -378,19 +411,35 @@ impl Sandbox {
     pub(crate) fn prepare(&self, python: &Path) -> io::Result<(Confinement, Option<PidsCgroup>)> {
         let support = support();
         let layers = self.layers();
+        let mut read_exec = landlock::python_dirs(python)?.to_vec();
+        read_exec.extend(self.read_only.iter().cloned());
+        let paths = landlock::Paths {
+            read_exec: &read_exec,
+            read_write: &self.read_write,
+            shared_files: &self.shared_files,
+            gpu_devices: self.gpu_devices,
+        };
         let landlock = if support.landlock_abi >= ABI::V1 && layers.landlock {
-            let mut read_exec = landlock::python_dirs(python)?.to_vec();
-            read_exec.extend(self.read_only.iter().cloned());
-            let paths = landlock::Paths {
-                read_exec: &read_exec,
-                read_write: &self.read_write,
-                shared_files: &self.shared_files,
-                gpu_devices: self.gpu_devices,
-            };
             Some(landlock::prepare(
                 support.landlock_abi,
                 &paths,
                 self.landlock_scoping,
+            )?)
+        } else {
+            None
+        };
+        let pid_namespace = support.pid_namespace && layers.pid_namespace;
+        let minimal_root = if pid_namespace && support.minimal_root && layers.minimal_root {
+            // The tmpfs that becomes the first root is mounted on the scratch directory (any
+            // existing directory does; the scratch always exists).
+            let base = self
+                .read_write
+                .first()
+                .cloned()
+                .unwrap_or_else(std::env::temp_dir);
+            Some(root::MinimalRoot::plan(
+                &landlock::rule_paths(&paths)?,
+                &base,
             )?)
         } else {
             None
@@ -422,7 +471,8 @@ impl Sandbox {
             max_open_files: self.max_open_files,
             max_processes: self.max_processes,
             namespaces,
-            pid_namespace: support.pid_namespace && layers.pid_namespace,
+            pid_namespace,
+            minimal_root,
             pid_max: support.namespace_pid_max.then(|| self.namespace_pid_max()),
             own_user: support.own_user && layers.own_user,
         };
@@ -468,6 +518,8 @@ pub(crate) struct Confinement {
     /// `CLONE_NEW*` flags to unshare besides the PID namespace.
     namespaces: libc::c_int,
     pid_namespace: bool,
+    /// Built by init in the PID namespace's mount namespace.
+    minimal_root: Option<root::MinimalRoot>,
     /// The pid_max init sets in the PID namespace (where the kernel keeps one per namespace).
     pid_max: Option<u64>,
     own_user: bool,
@@ -497,7 +549,12 @@ impl Confinement {
             let uid = caps::own_uid();
             if self.pid_namespace {
                 check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
-                pid::enter(self.namespaces, self.landlock.as_ref(), self.pid_max)?;
+                pid::enter(
+                    self.namespaces,
+                    self.landlock.as_ref(),
+                    self.minimal_root.as_ref(),
+                    self.pid_max,
+                )?;
             } else if self.namespaces != 0 {
                 check(libc::unshare(self.namespaces))?;
             }

@@ -6,7 +6,8 @@
 
 use std::io;
 
-use super::landlock::PreparedRuleset;
+use super::landlock::{PreparedRuleset, Reach};
+use super::root::MinimalRoot;
 use super::{check, errno};
 
 /// Exit status of the supervisor or init when their own bookkeeping fails.
@@ -16,7 +17,29 @@ const SUPERVISOR_FAILED: libc::c_int = 125;
 /// forked child (see `super::probe`); its own child mounts in its own namespace only.
 pub(super) fn namespace_works() -> bool {
     // SAFETY: raw system calls in a throwaway forked child.
-    unsafe { as_new_namespace_init(&|| mount_private_proc(None).is_ok()) }
+    unsafe { as_new_namespace_init(&|| mount_private_proc(None, None).is_ok()) }
+}
+
+/// Whether init can build a minimal root here (`pivot_root` needs the host's root to be a mount
+/// point, which an initramfs root is not). Plans one with a directory of its own, and builds it
+/// in a throwaway forked child.
+pub(super) fn minimal_root_works() -> bool {
+    let Ok(dir) = tempfile::tempdir() else {
+        return false;
+    };
+    let rules = [(dir.path().to_path_buf(), Reach::ReadWrite)];
+    let Ok(root) = MinimalRoot::plan(&rules, dir.path()) else {
+        return false;
+    };
+    let Ok(cwd) = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: raw system calls in a throwaway forked child (see `super::probe`).
+    super::probe(&|| unsafe {
+        as_new_namespace_init(&|| {
+            libc::chdir(cwd.as_ptr()) == 0 && mount_private_proc(None, Some(&root)).is_ok()
+        })
+    })
 }
 
 /// Runs `check` as init of new PID and mount namespaces (a child of the caller, which unshares
@@ -70,7 +93,7 @@ pub(super) fn namespace_pid_max_works() -> bool {
     // SAFETY: raw system calls in a throwaway forked child (see `super::probe`).
     let works = super::probe(&|| unsafe {
         as_new_namespace_init(&|| {
-            mount_private_proc(None).is_ok()
+            mount_private_proc(None, None).is_ok()
                 && cap_namespace_tasks(PID_MAX_FLOOR).is_ok()
                 && read_pid_max() == Some(PID_MAX_FLOOR)
         })
@@ -154,6 +177,7 @@ unsafe fn read_pid_max() -> Option<u64> {
 pub(super) unsafe fn enter(
     namespaces: libc::c_int,
     ruleset: Option<&PreparedRuleset>,
+    root: Option<&MinimalRoot>,
     pid_max: Option<u64>,
 ) -> io::Result<()> {
     // SAFETY: raw system calls in the forked child (see the function's contract).
@@ -178,7 +202,7 @@ pub(super) unsafe fn enter(
         if supervisor_gone(write_end) {
             libc::_exit(SUPERVISOR_FAILED);
         }
-        mount_private_proc(ruleset)?;
+        mount_private_proc(ruleset, root)?;
         if let Some(pid_max) = pid_max {
             cap_namespace_tasks(pid_max)?;
         }
@@ -192,11 +216,16 @@ pub(super) unsafe fn enter(
     Ok(())
 }
 
-/// Mounts a /proc of the new PID namespace over the host's, in the new mount namespace: the
-/// candidate sees only its own processes, and pids in /proc match what getpid() says (the CUDA
-/// driver fails to initialize otherwise). The new /proc needs a Landlock rule of its own: rules
-/// follow inodes, and the parent's rule is on the host's /proc.
-unsafe fn mount_private_proc(ruleset: Option<&PreparedRuleset>) -> io::Result<()> {
+/// Mounts a /proc of the new PID namespace, in the new mount namespace: the candidate sees only
+/// its own processes, and pids in /proc match what getpid() says (the CUDA driver fails to
+/// initialize otherwise). With a minimal root, init builds it and /proc comes with it;
+/// otherwise the new /proc goes over the host's and an empty tmpfs over /run. The new /proc
+/// needs a Landlock rule of its own: rules follow inodes, and the parent's rule is on the
+/// host's /proc.
+unsafe fn mount_private_proc(
+    ruleset: Option<&PreparedRuleset>,
+    root: Option<&MinimalRoot>,
+) -> io::Result<()> {
     // SAFETY: raw system calls with static NUL-terminated strings and valid structs.
     unsafe {
         // Private first, so nothing mounted here propagates to the host.
@@ -207,6 +236,13 @@ unsafe fn mount_private_proc(ruleset: Option<&PreparedRuleset>) -> io::Result<()
             libc::MS_REC | libc::MS_PRIVATE,
             std::ptr::null(),
         ))?;
+        if let Some(root) = root {
+            root.enter()?;
+            if let Some(ruleset) = ruleset {
+                ruleset.allow_private_proc()?;
+            }
+            return Ok(());
+        }
         check(libc::mount(
             c"proc".as_ptr(),
             c"/proc".as_ptr(),
@@ -373,7 +409,7 @@ mod tests {
                 ("IPC_KEY", key.to_string()),
             ],
             // SAFETY: `enter` makes raw system calls only.
-            || unsafe { enter(libc::CLONE_NEWNET | libc::CLONE_NEWIPC, None, None) },
+            || unsafe { enter(libc::CLONE_NEWNET | libc::CLONE_NEWIPC, None, None, None) },
         );
         // SAFETY: removes the queue made above.
         unsafe { libc::msgctl(queue, libc::IPC_RMID, std::ptr::null_mut()) };
@@ -447,7 +483,7 @@ mod tests {
         let run = |ending: &str| {
             // SAFETY: `enter` makes raw system calls only.
             let output = layer_probe::run(name, &[("ENDING", ending.into())], || unsafe {
-                enter(0, None, None)
+                enter(0, None, None, None)
             });
             output.status
         };
