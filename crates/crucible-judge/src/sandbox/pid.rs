@@ -216,6 +216,25 @@ pub(super) unsafe fn enter(
     Ok(())
 }
 
+/// Makes every mount of the calling process's (new) mount namespace private: nothing mounted
+/// in it afterwards propagates to the host's.
+///
+/// # Safety
+///
+/// One raw system call; for a child between fork and exec.
+pub(super) unsafe fn make_mounts_private() -> io::Result<()> {
+    // SAFETY: a raw system call with a static NUL-terminated path.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })
+}
+
 /// Mounts a /proc of the new PID namespace, in the new mount namespace: the candidate sees only
 /// its own processes, and pids in /proc match what getpid() says (the CUDA driver fails to
 /// initialize otherwise). With a minimal root, init builds it and /proc comes with it;
@@ -228,14 +247,7 @@ unsafe fn mount_private_proc(
 ) -> io::Result<()> {
     // SAFETY: raw system calls with static NUL-terminated strings and valid structs.
     unsafe {
-        // Private first, so nothing mounted here propagates to the host.
-        check(libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ))?;
+        make_mounts_private()?;
         if let Some(root) = root {
             root.enter()?;
             if let Some(ruleset) = ruleset {

@@ -551,13 +551,7 @@ mod tests {
                 // SAFETY: raw system calls in the forked child.
                 unsafe {
                     check(libc::unshare(libc::CLONE_NEWNS))?;
-                    check(libc::mount(
-                        std::ptr::null(),
-                        c"/".as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REC | libc::MS_PRIVATE,
-                        std::ptr::null(),
-                    ))?;
+                    super::super::pid::make_mounts_private()?;
                     check(libc::chdir(cwd.as_ptr()))?;
                     root.enter()
                 }
