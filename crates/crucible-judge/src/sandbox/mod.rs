@@ -701,6 +701,16 @@ pub(crate) mod layer_probe {
         command.output().expect("start the probe")
     }
 
+    /// A non-blocking listener's `accept`: nothing came from the probe.
+    pub(crate) fn assert_nothing_accepted<T: std::fmt::Debug>(accepted: io::Result<T>) {
+        assert!(
+            accepted
+                .as_ref()
+                .is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock),
+            "a connection got through: {accepted:?}"
+        );
+    }
+
     /// The probe ran (a filtered-out probe would pass vacuously) and passed.
     pub(crate) fn assert_passed(name: &str, output: &Output) {
         let stdout = String::from_utf8_lossy(&output.stdout);
