@@ -232,6 +232,45 @@ fn files_outside_the_sandbox_are_unreadable() {
 }
 
 #[test]
+fn host_paths_do_not_exist_for_the_candidate() {
+    let missing = test_sandbox().missing_features();
+    if let Some(off) = missing.iter().find(|m| m.starts_with("a minimal root")) {
+        // On a GPU by default (see `Layers::GPU_DEFAULT`); gpu-check runs this with it on.
+        eprintln!("SKIPPED host_paths_do_not_exist_for_the_candidate: without {off}");
+        return;
+    }
+    let dir = test_dir("host-paths");
+    let secret = dir.join("secret.txt");
+    std::fs::write(&secret, "the judge's secret").expect("secret file");
+    let socket_path = dir.join("service.sock");
+    let _ = std::fs::remove_file(&socket_path);
+    let service = UnixListener::bind(&socket_path).expect("unix listener");
+    service.set_nonblocking(true).unwrap();
+    let result = judge(
+        "sandbox_host_paths.py",
+        &[
+            (
+                "HOST_PATHS",
+                [&dir, &secret, &socket_path]
+                    .map(|p| p.display().to_string())
+                    .join("|"),
+            ),
+            ("SOCKET_PATH", socket_path.display().to_string()),
+        ],
+        &config(),
+    );
+    let accepted = service.accept();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_contained(&result);
+    assert!(
+        accepted
+            .as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::WouldBlock),
+        "the candidate reached the service's socket: {accepted:?}"
+    );
+}
+
+#[test]
 fn writes_outside_the_scratch_directory_fail() {
     let dir = test_dir("write");
     let tag = format!("{}", std::process::id());
