@@ -739,6 +739,17 @@ impl Measured {
             *verdicts.entry(row.verdict.as_str()).or_default() += 1;
         }
         println!("  verdicts: {verdicts:?}");
+        self.print_machine();
+        self.print_stages();
+        self.print_overhead();
+        if device.is_gpu() {
+            self.print_gpu_lock();
+        }
+    }
+
+    /// The machine's CPU use, the pool's and the reference cache's part.
+    fn print_machine(&self) {
+        let n = self.rows.len();
         if let Some(cpu) = self.cpu {
             println!(
                 "  CPU (whole machine, {:.0} cores): {:.0}% busy over the batch, {:.0} core-s, {:.1} \
@@ -754,6 +765,10 @@ impl Measured {
             "  prestarted pairs used: {prestarted}/{n}; reference cache: {} hits, {} measured",
             self.cache.0, self.cache.1
         );
+    }
+
+    /// Each judge stage: median over the evaluations that ran it, sum over all.
+    fn print_stages(&self) {
         println!("  per stage (median over the evaluations that ran it / sum over all):");
         let mut names: Vec<&String> = self.rows.iter().flat_map(|r| r.stages.keys()).collect();
         names.sort_by_key(|name| stage_order(name));
@@ -772,6 +787,10 @@ impl Measured {
                 values.len()
             );
         }
+    }
+
+    /// Where the wall time went, the judge's overhead among it, per kind of candidate too.
+    fn print_overhead(&self) {
         let column = |f: &dyn Fn(&Row) -> f64| -> (f64, f64) {
             let values: Vec<f64> = self.rows.iter().map(f).collect();
             // `+ 0.0`: f64's `sum` starts from -0.0, which would print as "-0.00".
@@ -817,7 +836,11 @@ impl Measured {
              work (timed iterations incl. warm-up of the candidate and of each reference timing \
              measured, not cached) - GPU-lock wait (queued behind other evaluations' timed phases)"
         );
-        if device.is_gpu() && !self.intervals.is_empty() {
+    }
+
+    /// How the exclusive lock was held by timed phases, and whether untimed work ran beside.
+    fn print_gpu_lock(&self) {
+        if !self.intervals.is_empty() {
             let mut intervals = self.intervals.clone();
             intervals.sort();
             let overlaps = intervals.windows(2).filter(|w| w[1].0 < w[0].1).count();
