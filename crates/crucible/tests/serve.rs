@@ -232,7 +232,11 @@ fn a_task_result_by_long_poll_and_a_batch_by_events() {
     let dir = tempfile::tempdir().expect("temp dir");
     let queue = format!("sqlite://{}", dir.path().join("q.db").display());
     // Worker tuning is passed on to the worker processes: one that refused it would judge nothing.
-    let server = Server::start(&queue, free_port(), &["--pool-depth", "1"]);
+    let server = Server::start(
+        &queue,
+        free_port(),
+        &["--pool-depth", "1", "--gpu-sandbox", "landlock,pid,root"],
+    );
 
     let (status, submitted) = server.post("/v1/tasks", &builtin("01_relu"));
     assert_eq!(status, StatusCode::ACCEPTED, "{submitted}");

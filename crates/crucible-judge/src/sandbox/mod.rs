@@ -175,6 +175,28 @@ impl Layers {
         Ok(layers)
     }
 
+    /// The set as `parse` reads it: a comma list of `NAMES`, or `none`.
+    pub fn names(self) -> String {
+        let on = [
+            self.landlock,
+            self.seccomp,
+            self.pid_namespace,
+            self.ipc_namespace,
+            self.own_user,
+            self.minimal_root,
+        ];
+        let names: Vec<&str> = Self::NAMES
+            .iter()
+            .zip(on)
+            .filter_map(|(name, on)| on.then_some(*name))
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(",")
+        }
+    }
+
     /// What each layer missing from this set leaves open, for the `sandbox-degraded` finding.
     fn off_on_gpu(self) -> Vec<&'static str> {
         let mut off = Vec::new();
@@ -627,6 +649,14 @@ mod tests {
         let some = Layers::parse("landlock, pid").unwrap();
         assert!(some.landlock && some.pid_namespace);
         assert!(!some.seccomp && !some.ipc_namespace && !some.own_user);
+        for layers in [Layers::ALL, Layers::NONE, Layers::GPU_DEFAULT, some] {
+            assert_eq!(Layers::parse(&layers.names()), Ok(layers));
+        }
+        assert_eq!(
+            Layers::GPU_DEFAULT.names(),
+            "landlock,seccomp,pid,ipc",
+            "the names in `NAMES` order"
+        );
         let err = Layers::parse("landlock,chroot").unwrap_err();
         assert!(err.to_string().contains("`chroot`"), "{err}");
     }
