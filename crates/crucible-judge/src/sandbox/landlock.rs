@@ -157,9 +157,13 @@ const OWN_PROC_ACCESS: BitFlags<AccessFs> =
     make_bitflags!(AccessFs::{ReadFile | WriteFile | ReadDir | Truncate});
 const READ: BitFlags<AccessFs> = make_bitflags!(AccessFs::{ReadFile | ReadDir});
 
-/// Builds the ruleset for `abi` (from `kernel_abi`): the rights of that ABI handled, the rules
-/// for `paths` and the system directories added; scoping if `scoping` and the ABI has it.
-pub(super) fn prepare(abi: ABI, paths: &Paths, scoping: bool) -> io::Result<PreparedRuleset> {
+/// Builds the ruleset for `abi` (from `kernel_abi`): the rights of that ABI handled, one rule
+/// per path of `rules` (from `rule_paths`); scoping if `scoping` and the ABI has it.
+pub(super) fn prepare(
+    abi: ABI,
+    rules: &[(PathBuf, Reach)],
+    scoping: bool,
+) -> io::Result<PreparedRuleset> {
     let handled = AccessFs::from_all(abi);
     let ruleset = requirable(abi, scoping).map_err(io::Error::other)?;
     // Best effort for the rules only: what `kernel_abi` found is all handled, so the one thing
@@ -174,7 +178,7 @@ pub(super) fn prepare(abi: ABI, paths: &Paths, scoping: bool) -> io::Result<Prep
     // Device nodes cannot be made without CAP_MKNOD anyway; say so in the rules too.
     let read_write = handled & !make_bitflags!(AccessFs::{MakeChar | MakeBlock});
     let shared = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | ReadDir});
-    let rules = rule_paths(paths)?.into_iter().map(|(path, reach)| {
+    let rules = rules.iter().map(|(path, reach)| {
         let access = match reach {
             Reach::ReadExec => read_exec,
             Reach::Read => READ,
@@ -192,7 +196,7 @@ pub(super) fn prepare(abi: ABI, paths: &Paths, scoping: bool) -> io::Result<Prep
         if !path.is_absolute() || path.parent().is_none() || access.is_empty() {
             continue;
         }
-        let parent = match PathFd::new(&path) {
+        let parent = match PathFd::new(path) {
             Ok(fd) => fd,
             // A path that does not exist is skipped.
             Err(PathFdError::OpenCall { source, .. })
@@ -341,7 +345,8 @@ mod tests {
             shared_files: std::slice::from_ref(&shared),
             gpu_devices: false,
         };
-        let ruleset = prepare(abi, &paths, true).expect("ruleset");
+        let rules = rule_paths(&paths).expect("rule paths");
+        let ruleset = prepare(abi, &rules, true).expect("ruleset");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
         listener.set_nonblocking(true).unwrap();
         let name = "sandbox::landlock::tests::probe_landlock";

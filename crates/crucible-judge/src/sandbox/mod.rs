@@ -433,25 +433,32 @@ impl Sandbox {
     pub(crate) fn prepare(&self, python: &Path) -> io::Result<(Confinement, Option<PidsCgroup>)> {
         let support = support();
         let layers = self.layers();
-        let mut read_exec = landlock::python_dirs(python)?.to_vec();
-        read_exec.extend(self.read_only.iter().cloned());
-        let paths = landlock::Paths {
-            read_exec: &read_exec,
-            read_write: &self.read_write,
-            shared_files: &self.shared_files,
-            gpu_devices: self.gpu_devices,
+        let landlock_on = support.landlock_abi >= ABI::V1 && layers.landlock;
+        let pid_namespace = support.pid_namespace && layers.pid_namespace;
+        let root_on = pid_namespace && support.minimal_root && layers.minimal_root;
+        // One list for both layers: what Landlock opens is all the minimal root shows.
+        let rules = if landlock_on || root_on {
+            let mut read_exec = landlock::python_dirs(python)?.to_vec();
+            read_exec.extend(self.read_only.iter().cloned());
+            landlock::rule_paths(&landlock::Paths {
+                read_exec: &read_exec,
+                read_write: &self.read_write,
+                shared_files: &self.shared_files,
+                gpu_devices: self.gpu_devices,
+            })?
+        } else {
+            Vec::new()
         };
-        let landlock = if support.landlock_abi >= ABI::V1 && layers.landlock {
+        let landlock = if landlock_on {
             Some(landlock::prepare(
                 support.landlock_abi,
-                &paths,
+                &rules,
                 self.landlock_scoping,
             )?)
         } else {
             None
         };
-        let pid_namespace = support.pid_namespace && layers.pid_namespace;
-        let minimal_root = if pid_namespace && support.minimal_root && layers.minimal_root {
+        let minimal_root = if root_on {
             // The tmpfs that becomes the first root is mounted on the scratch directory (any
             // existing directory does; the scratch always exists).
             let base = self
@@ -459,10 +466,7 @@ impl Sandbox {
                 .first()
                 .cloned()
                 .unwrap_or_else(std::env::temp_dir);
-            Some(root::MinimalRoot::plan(
-                &landlock::rule_paths(&paths)?,
-                &base,
-            )?)
+            Some(root::MinimalRoot::plan(&rules, &base)?)
         } else {
             None
         };
