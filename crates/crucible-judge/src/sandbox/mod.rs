@@ -49,12 +49,12 @@
 //! process. The candidate stays uid 0 with every capability dropped; Landlock also lets it write
 //! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
 //! empty tmpfs over /run hides the daemons' sockets (the minimal root, which would hide every
-//! socket file, is off on a GPU until measured there: `scripts/gpu-check sandbox` runs it). uid 0 is exempt from `RLIMIT_NPROC`, so
-//! the process limit comes from a pids cgroup of the candidate's own where the host has a
-//! writable v1 pids hierarchy (on every host, not only GPU ones), and from the namespace's
-//! pid_max (measured on the two-GPU H200 host, which has no writable pids cgroup: without it a
-//! candidate forked 300 of 300 processes under a limit of 64). Left open on a GPU by default:
-//! Unix socket files outside /run.
+//! socket file, is off on a GPU until measured there: `scripts/gpu-check sandbox` runs it).
+//! uid 0 is exempt from `RLIMIT_NPROC`, so the process limit comes from a pids cgroup of the
+//! candidate's own where the host has a writable v1 pids hierarchy (on every host, not only GPU
+//! ones), and from the namespace's pid_max (measured on the two-GPU H200 host, which has no
+//! writable pids cgroup: without it a candidate forked 300 of 300 processes under a limit of
+//! 64). Left open on a GPU by default: Unix socket files outside /run.
 
 mod caps;
 mod cgroup;
@@ -197,6 +197,12 @@ impl Layers {
         }
     }
 
+    /// The minimal root is built in the PID namespace's mount namespace: without that layer it
+    /// does not apply, whatever `minimal_root` says.
+    fn minimal_root_applies(self) -> bool {
+        self.minimal_root && self.pid_namespace
+    }
+
     /// What each layer missing from this set leaves open, for the `sandbox-degraded` finding.
     fn off_on_gpu(self) -> Vec<&'static str> {
         let mut off = Vec::new();
@@ -218,7 +224,7 @@ impl Layers {
                  runs as uid 0 with no capabilities)",
             );
         }
-        if !self.minimal_root {
+        if !self.minimal_root_applies() {
             off.push(
                 "a minimal root (off on a GPU: not yet measured there; Unix socket files outside \
                  /run stay reachable)",
@@ -375,7 +381,7 @@ impl Sandbox {
         if self.gpu_devices {
             missing.extend(self.gpu_layers.off_on_gpu());
             if self.gpu_layers.seccomp {
-                missing.push(if self.gpu_layers.minimal_root {
+                missing.push(if self.gpu_layers.minimal_root_applies() {
                     "the seccomp ban on Unix sockets (off on a GPU: CUDA needs them; the minimal \
                      root shows no socket file of the host's)"
                 } else {
@@ -435,7 +441,7 @@ impl Sandbox {
         let layers = self.layers();
         let landlock_on = support.landlock_abi >= ABI::V1 && layers.landlock;
         let pid_namespace = support.pid_namespace && layers.pid_namespace;
-        let root_on = pid_namespace && support.minimal_root && layers.minimal_root;
+        let root_on = pid_namespace && support.minimal_root && layers.minimal_root_applies();
         // One list for both layers: what Landlock opens is all the minimal root shows.
         let rules = if landlock_on || root_on {
             let mut read_exec = landlock::python_dirs(python)?.to_vec();
@@ -679,6 +685,19 @@ mod tests {
         assert!(
             !off.iter().any(|m| m.starts_with("Landlock (off")),
             "{off:?}"
+        );
+        // The minimal root needs the PID namespace's mount namespace: asked for without it,
+        // it is reported as off.
+        let root_without_pid = Sandbox {
+            gpu_devices: true,
+            gpu_layers: Layers::parse("landlock,seccomp,root").unwrap(),
+            ..Sandbox::default()
+        };
+        assert!(
+            root_without_pid
+                .missing_features()
+                .iter()
+                .any(|m| m.starts_with("a minimal root (off on a GPU")),
         );
         let cpu = Sandbox::default();
         assert!(
