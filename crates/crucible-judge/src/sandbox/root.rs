@@ -20,7 +20,7 @@
 //! The parent plans every step (paths as C strings, in order); the child (init of the PID
 //! namespace, between fork and exec) only makes raw system calls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -36,7 +36,7 @@ const NEW_ROOT: &str = "/newroot";
 const MAX_LINKS: usize = 40;
 
 /// One step of building the new root, with every path absolute in the first tmpfs root.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum Step {
     /// A directory (an existing one is fine).
     Dir(CString),
@@ -358,7 +358,7 @@ impl Planner {
     /// there already).
     fn into_steps(self) -> io::Result<Vec<Step>> {
         let mut steps = Vec::new();
-        let mut made: Vec<PathBuf> = Vec::new();
+        let mut made = BTreeSet::new();
         let mut bound: Vec<(PathBuf, Mode)> = Vec::new();
         for (path, (mode, is_dir)) in &self.binds {
             let covered = bound
@@ -393,7 +393,11 @@ impl Planner {
 }
 
 /// `Dir` steps for the ancestors of `path` not made yet.
-fn dirs_on_the_way(path: &Path, made: &mut Vec<PathBuf>, steps: &mut Vec<Step>) -> io::Result<()> {
+fn dirs_on_the_way(
+    path: &Path,
+    made: &mut BTreeSet<PathBuf>,
+    steps: &mut Vec<Step>,
+) -> io::Result<()> {
     let mut ancestors: Vec<&Path> = path
         .ancestors()
         .skip(1)
@@ -401,9 +405,8 @@ fn dirs_on_the_way(path: &Path, made: &mut Vec<PathBuf>, steps: &mut Vec<Step>) 
         .collect();
     ancestors.reverse();
     for dir in ancestors {
-        if !made.iter().any(|m| m == dir) {
+        if made.insert(dir.to_path_buf()) {
             steps.push(Step::Dir(new_root_path_of(dir)?));
-            made.push(dir.to_path_buf());
         }
     }
     Ok(())
@@ -480,16 +483,7 @@ mod tests {
             (root.join("scratch"), Reach::ReadWrite),
             (root.join("missing"), Reach::ReadExec),
         ];
-        let mut planner = Planner::default();
-        for (path, reach) in &rules {
-            let mode = if *reach == Reach::ReadWrite {
-                Mode::Writable
-            } else {
-                Mode::ReadOnly
-            };
-            planner.add(path, mode).unwrap();
-        }
-        let steps = texts(&planner.into_steps().unwrap());
+        let steps = texts(&MinimalRoot::plan(&rules, &root).unwrap().steps);
         let r = root.display();
         let binds: Vec<&String> = steps.iter().filter(|s| s.starts_with("bind")).collect();
         assert_eq!(
