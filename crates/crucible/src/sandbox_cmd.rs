@@ -13,10 +13,8 @@ pub struct SandboxArgs {
     /// Run the candidate without the sandbox (debugging only).
     #[arg(long)]
     no_sandbox: bool,
-    /// Sandbox layers for a candidate on a GPU: `all`, `none` or a comma list of landlock,
-    /// seccomp, pid, ipc, user, root (default: the layers CUDA is known to work under).
-    #[arg(long, env = "CRUCIBLE_GPU_SANDBOX", value_parser = Layers::parse)]
-    gpu_sandbox: Option<Layers>,
+    #[command(flatten)]
+    gpu: GpuSandboxArg,
 }
 
 impl SandboxArgs {
@@ -24,6 +22,22 @@ impl SandboxArgs {
         if self.no_sandbox {
             cfg.sandbox = None;
         }
+        self.gpu.apply(cfg);
+    }
+}
+
+/// `--gpu-sandbox`, also on `serve` and `worker` (which have no `--no-sandbox`).
+#[derive(Args, Debug, Clone, Copy)]
+pub struct GpuSandboxArg {
+    /// Sandbox layers for a candidate on a GPU: `all`, `none` or a comma list of landlock,
+    /// seccomp, pid, ipc, user, root (default: the layers CUDA is known to work under).
+    #[arg(long, env = "CRUCIBLE_GPU_SANDBOX", value_parser = Layers::parse)]
+    pub gpu_sandbox: Option<Layers>,
+}
+
+impl GpuSandboxArg {
+    /// Sets the layers a candidate on a GPU gets, where the option was given.
+    pub fn apply(&self, cfg: &mut EvalConfig) {
         if let (Some(sandbox), Some(layers)) = (cfg.sandbox.as_mut(), self.gpu_sandbox) {
             sandbox.gpu_layers = layers;
         }

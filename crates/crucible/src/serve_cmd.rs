@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use crucible_judge::sandbox::Layers;
 use crucible_judge::{Device, EvalConfig, Runtime};
 use crucible_queue::{Store, WorkerInfo};
 use crucible_service::{Limits, ServiceConfig};
@@ -65,10 +64,8 @@ pub struct WorkerTuning {
     /// Seconds a claim holds before a silent worker's task is given to another.
     #[arg(long, default_value_t = 60.0)]
     lease_secs: f64,
-    /// Sandbox layers for candidates on a GPU: `all`, `none` or a comma list of landlock,
-    /// seccomp, pid, ipc, user, root (default: the layers CUDA is known to work under).
-    #[arg(long, env = "CRUCIBLE_GPU_SANDBOX", value_parser = Layers::parse)]
-    gpu_sandbox: Option<Layers>,
+    #[command(flatten)]
+    gpu: crate::sandbox_cmd::GpuSandboxArg,
 }
 
 #[derive(clap::Args)]
@@ -132,11 +129,10 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     let tuning = Tuning {
         pool_depth: args.tuning.pool_depth.map(|n| n as usize),
-        base: args.tuning.gpu_sandbox.map(|layers| {
+        // The engine's own default, with the layers asked for.
+        base: args.tuning.gpu.gpu_sandbox.is_some().then(|| {
             let mut base = EvalConfig::new(device);
-            if let Some(sandbox) = base.sandbox.as_mut() {
-                sandbox.gpu_layers = layers;
-            }
+            args.tuning.gpu.apply(&mut base);
             base
         }),
         ..Tuning::default()
@@ -428,7 +424,7 @@ fn worker_command(exe: &std::path::Path, slot: &Slot) -> Command {
     if let Some(n) = slot.tuning.pool_depth {
         cmd.arg("--pool-depth").arg(n.to_string());
     }
-    if let Some(layers) = slot.tuning.gpu_sandbox {
+    if let Some(layers) = slot.tuning.gpu.gpu_sandbox {
         cmd.arg("--gpu-sandbox").arg(layers.names());
     }
     cmd.stdin(Stdio::null());
