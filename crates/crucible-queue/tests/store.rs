@@ -787,6 +787,9 @@ fn child_entry() {
             let mut mine = Vec::new();
             while let Some(lease) = claim(&store, &me) {
                 assert!(store.complete(&lease, result("correct", &[])).unwrap());
+                if mine.is_empty() {
+                    wait_for_every_sibling_claim(Path::new(&out), &go);
+                }
                 mine.push(lease.task_id);
             }
             std::fs::write(&out, mine.join("\n")).unwrap();
@@ -798,6 +801,32 @@ fn child_entry() {
             std::thread::sleep(Duration::from_secs(600));
         }
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// Holds a draining child after its first task until every sibling has one too. SQLite's lock
+/// is not fair: on a loaded machine one process could take every task while the other waits in
+/// its busy handler, and the test would then prove nothing about two claimers at once.
+fn wait_for_every_sibling_claim(out: &Path, go: &Path) {
+    let mut first = out.as_os_str().to_owned();
+    first.push(".first");
+    std::fs::write(&first, "").unwrap();
+    let siblings: usize = std::fs::read_to_string(go).unwrap().trim().parse().unwrap();
+    let dir = out.parent().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let claimed = std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|entry| {
+                let entry = entry.as_ref().unwrap();
+                entry.file_name().to_string_lossy().ends_with(".first")
+            })
+            .count();
+        if claimed >= siblings {
+            return;
+        }
+        assert!(Instant::now() < deadline, "a sibling never got a task");
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -829,7 +858,10 @@ fn two_processes_never_claim_the_same_task(f: &Fixture) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::fs::write(dir.path().join("go"), "").unwrap();
+    // Written whole, then renamed into place: a child that sees `go` reads the sibling count.
+    let go_partial = dir.path().join("go.partial");
+    std::fs::write(&go_partial, outs.len().to_string()).unwrap();
+    std::fs::rename(&go_partial, dir.path().join("go")).unwrap();
     for mut child in children {
         assert!(child.wait().unwrap().success(), "child failed");
     }
