@@ -250,6 +250,11 @@ impl Engine {
         self.pool.as_ref().map_or(0, WarmPool::ready)
     }
 
+    /// Prestarted pairs the pool holds when idle (0 without a warm pool).
+    pub fn pool_depth(&self) -> usize {
+        self.pool.as_ref().map_or(0, WarmPool::depth)
+    }
+
     /// Judges one job; never fails (a fault of the judge's own is an `infra_error` result,
     /// which the worker loop retries).
     pub fn evaluate(&self, job: &Job) -> EvalResult {

@@ -350,9 +350,37 @@ fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Cas
 /// The honest class, renamed so a derived `ModelNew` can build on it.
 const HONEST: &str = "_HonestModelNew";
 
+/// `source` with every identifier `from` (not a part of a longer name) spelled `to`.
+fn rename_identifier(source: &str, from: &str, to: &str) -> String {
+    let is_ident = |c: char| c == '_' || c.is_alphanumeric();
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(at) = rest.find(from) {
+        let (before, after) = (&rest[..at], &rest[at + from.len()..]);
+        let joined_before = before
+            .chars()
+            .next_back()
+            .or_else(|| out.chars().next_back())
+            .is_some_and(is_ident);
+        let joined_after = after.chars().next().is_some_and(is_ident);
+        out.push_str(before);
+        out.push_str(if joined_before || joined_after {
+            from
+        } else {
+            to
+        });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Candidate `variant` of a task, from its honest solution (pattern C I C F C I C F).
 fn derive(solution: &str, task: usize, variant: usize) -> (Kind, String) {
-    let renamed = || solution.replacen("class ModelNew(", &format!("class {HONEST}("), 1);
+    // Every mention: a solution's own `super(ModelNew, self).__init__()` would otherwise name
+    // the derived subclass, and `__init__` would call itself until Python's recursion limit (on
+    // 6 of the 8 KernelBench examples every incorrect variant failed that way before this).
+    let renamed = || rename_identifier(solution, "ModelNew", HONEST);
     match variant % 8 {
         1 | 5 => (
             Kind::Incorrect,
@@ -447,6 +475,8 @@ struct Row {
 
 struct Measured {
     engine_start_s: f64,
+    /// Prestarted pairs when the clock started, and the pool's depth.
+    pool_at_start: (usize, usize),
     batch_s: f64,
     rows: Vec<Row>,
     intervals: Vec<(Instant, Instant)>,
@@ -495,6 +525,18 @@ impl CpuUse {
             busy_s: busy as f64 / TICKS_PER_S,
             total_s: total as f64 / TICKS_PER_S,
         })
+    }
+}
+
+/// How long a run waits for its warm pool to fill before it starts the clock anyway.
+const POOL_FILL_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Waits until the engine's pool holds its depth of started pairs, or `limit` passed (the
+/// report says how many were ready).
+fn wait_for_full_pool(engine: &Engine, limit: std::time::Duration) {
+    let until = Instant::now() + limit;
+    while engine.warm() < engine.pool_depth() && Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
 
@@ -562,7 +604,11 @@ fn run_mode(
     };
     let created = Instant::now();
     let engine = Engine::with_tuning(runtime.clone(), args.device, options, tuning)?;
+    // A worker is started once and serves for hours: the rate is its steady state, with the
+    // pool as full as an idle worker keeps it, not the minute after a cold start.
+    wait_for_full_pool(&engine, POOL_FILL_LIMIT);
     let engine_start_s = created.elapsed().as_secs_f64();
+    let pool_at_start = (engine.warm(), engine.pool_depth());
     let started = Instant::now();
     let cpu_before = read_cpu_ticks();
     let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
@@ -592,6 +638,7 @@ fn run_mode(
     let untimed = untimed.lock().map(|i| i.clone()).unwrap_or_default();
     Ok(Measured {
         engine_start_s,
+        pool_at_start,
         batch_s,
         rows,
         intervals,
@@ -725,8 +772,9 @@ impl Measured {
     fn print(&self, device: Device) {
         let n = self.rows.len();
         println!(
-            "  engine start-up (device probe, pool spawn; once per worker, not in the rate): {:.2} s",
-            self.engine_start_s
+            "  engine start-up (device probe, pool filled; once per worker, not in the rate): \
+             {:.2} s, {} of {} prestarted pairs ready when the clock started",
+            self.engine_start_s, self.pool_at_start.0, self.pool_at_start.1
         );
         println!(
             "  batch wall {:.1} s for {n} evaluations: {:.0} evaluations/hour ({:.2} s each)",
@@ -988,6 +1036,18 @@ mod tests {
     }
 
     #[test]
+    fn rename_identifier_leaves_longer_names_alone() {
+        assert_eq!(
+            rename_identifier(
+                "class ModelNew(nn.Module):\n    super(ModelNew, self).f(ModelNewer, _ModelNew)",
+                "ModelNew",
+                "_H"
+            ),
+            "class _H(nn.Module):\n    super(_H, self).f(ModelNewer, _ModelNew)"
+        );
+    }
+
+    #[test]
     fn derived_candidates_reach_the_stage_they_are_meant_to_fail_in() {
         // Every variant but the syntax error must get past the static verifier, or the set
         // would measure the verifier, not the judge.
@@ -1012,6 +1072,10 @@ mod tests {
                     );
                 }
             }
+            // The honest part names only itself: `ModelNew` is the derived class alone.
+            let (_, incorrect) = derive(&solution, 0, 1);
+            let honest_part = &incorrect[..incorrect.rfind("class ModelNew(").unwrap()];
+            assert_eq!(rename_identifier(honest_part, "ModelNew", "X"), honest_part);
             let count = |kind| kinds.iter().filter(|k| **k == kind).count();
             assert_eq!(
                 (

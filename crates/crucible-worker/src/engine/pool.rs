@@ -89,6 +89,11 @@ impl WarmPool {
     pub fn ready(&self) -> usize {
         self.shared.state.lock().map(|s| s.ready.len()).unwrap_or(0)
     }
+
+    /// Pairs the pool keeps started when nobody takes any.
+    pub fn depth(&self) -> usize {
+        self.shared.depth
+    }
 }
 
 impl Drop for WarmPool {
