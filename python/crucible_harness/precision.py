@@ -48,7 +48,10 @@ SAME_COMPUTATION = 0.05
 
 
 class Unmeasured(Exception):
-    """The measurement cannot be made; the message says why. Never the candidate's fault."""
+    """The measurement cannot be made; the message says why. Never the candidate's fault.
+    `errors`: the outputs' errors against float64 known before it was raised (see `measure`)."""
+
+    errors = ()
 
 
 def round_mantissa(torch, x, bits, mode):
@@ -180,12 +183,39 @@ def fingerprint(torch, ref64, got, emulated):
 
 
 def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
-    """The precision measurement of one trial.
+    """The precision measurement of one trial: `(outputs, errors)`.
 
     `inputs` are the trial's pristine inputs, `expected` the reference's outputs (as the task
-    runs, at its own precision), `got` the candidate's. Raises `Unmeasured` with the reason
-    when it cannot be made; every other exception is the caller's to turn into one too.
+    runs, at its own precision), `got` the candidate's. `errors` holds each floating-point
+    output's relative RMS error against float64, the candidate's and the reference's: the judge
+    reads it also when the rest cannot be measured, so `Unmeasured` carries the errors computed
+    before it was raised. Raises `Unmeasured` with the reason when the measurement cannot be
+    made; every other exception is the caller's to turn into one too.
     """
+    errors = []
+    try:
+        outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, budget_s, sync)
+    except Unmeasured as exc:
+        exc.errors = errors
+        raise
+    for name, emulated in emulations(torch, model, inputs, ref64, sync):
+        for out in outputs:
+            j = out["index"]
+            (emul,), _ = error_stats(torch, ref64[j], [emulated[j]])
+            out["emulations"].append(
+                {
+                    "name": name,
+                    "rel_rms": emul["rel_rms"],
+                    "candidate": fingerprint(torch, ref64[j], got[j], emulated[j]),
+                    "reference": fingerprint(torch, ref64[j], expected[j], emulated[j]),
+                }
+            )
+    return outputs, errors
+
+
+def float64_errors(torch, model, inputs, expected, got, errors, budget_s, sync):
+    """The float64 reference and each floating-point output's errors against it (appended to
+    `errors` as they are known); raises `Unmeasured` when the emulations cannot follow."""
     floating = [j for j, e in enumerate(expected) if e.is_floating_point()]
     if not floating:
         raise Unmeasured("the task has no floating-point output")
@@ -202,6 +232,7 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
         if ref64[j].shape != expected[j].shape:
             raise Unmeasured(f"output {j} of the float64 reference has shape {list(ref64[j].shape)}")
         (cand, own), count = error_stats(torch, ref64[j], [got[j], expected[j]])
+        errors.append({"index": j, "candidate": cand["rel_rms"], "reference": own["rel_rms"]})
         if own["rel_rms"] is None or own["rel_rms"] > SAME_COMPUTATION:
             raise Unmeasured(
                 f"output {j} of the reference differs from its float64 copy by {own['rel_rms']} "
@@ -225,19 +256,7 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
             f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
             f"measurement would exceed its {budget_s:.0f} s budget"
         )
-    for name, emulated in emulations(torch, model, inputs, ref64, sync):
-        for out in outputs:
-            j = out["index"]
-            (emul,), _ = error_stats(torch, ref64[j], [emulated[j]])
-            out["emulations"].append(
-                {
-                    "name": name,
-                    "rel_rms": emul["rel_rms"],
-                    "candidate": fingerprint(torch, ref64[j], got[j], emulated[j]),
-                    "reference": fingerprint(torch, ref64[j], expected[j], emulated[j]),
-                }
-            )
-    return outputs
+    return outputs, ref64
 
 
 def round_output(torch, value, bits):

@@ -298,7 +298,7 @@ class Referee:
         torch = self.torch
         kept, self.precision_trial = self.precision_trial, None
         if kept is None:
-            return {"outputs": None, "unmeasured": "no passing trial was kept for the measurement"}
+            return {"outputs": None, "unmeasured": "no passing trial was kept for the measurement", "errors": []}
         inputs, expected, got = kept
         del kept
         cuda = self.device.startswith("cuda")
@@ -307,13 +307,13 @@ class Referee:
             common.sync(torch, self.device)
 
         try:
-            outputs = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync)
-            return {"outputs": outputs, "unmeasured": None}
+            outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync)
+            return {"outputs": outputs, "unmeasured": None, "errors": errors}
         except precision.Unmeasured as exc:
-            return {"outputs": None, "unmeasured": str(exc)}
+            return {"outputs": None, "unmeasured": str(exc), "errors": list(exc.errors)}
         except Exception as exc:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
-            return {"outputs": None, "unmeasured": why}
+            return {"outputs": None, "unmeasured": why, "errors": []}
         finally:
             del inputs, expected, got
             if cuda:

@@ -316,6 +316,60 @@ fn lowest(classes: impl Iterator<Item = PrecisionClass>) -> Option<PrecisionClas
 }
 
 /// The measurement the referee replied with (`measure_precision`), classified.
+/// A candidate output this far from the float64 reference (relative RMS error) is wrong, not
+/// imprecise: bf16, the coarsest class, rounds by at most 2^-8 (0.4%) per operation. It passed
+/// the elementwise tolerance (rtol is at most 1e-2) only through atol, i.e. because its expected
+/// values are small next to atol: a softmax over 393,216 values (KernelBench's 23_Softmax) is
+/// about 2.5e-6 everywhere, and zeros pass it, as does 1.5 times the right answer (an H200 run
+/// of the throughput benchmark judged that `correct`).
+pub const WRONG_REL_RMS: f64 = 0.1;
+
+/// ... provided the output is well conditioned: the reference's own error is at most this
+/// fraction of the candidate's. An output that is rounding noise (the mean of a normalised
+/// tensor) has the reference 100% off too, and every honest candidate with it.
+pub const WRONG_OVER_REFERENCE: f64 = 1e-2;
+
+/// ... and, where the emulations were measured, every known rounding of the computation makes
+/// at most this fraction of the candidate's error (a cancelling output can magnify TF32's or
+/// bf16's rounding; the emulation then shows it).
+pub const WRONG_OVER_EMULATIONS: f64 = 0.25;
+
+/// Why the candidate's output is wrong, when one is further from the float64 reference than
+/// any rounding explains (see [`WRONG_REL_RMS`]); read from the errors the referee reports also
+/// when the rest of the measurement could not be made.
+pub(crate) fn beyond_rounding(reply: &MeasurePrecisionReply) -> Option<String> {
+    reply.errors.iter().find_map(|errors| {
+        let candidate = errors.candidate.unwrap_or(f64::INFINITY);
+        let reference = errors.reference?;
+        let measured = reply
+            .outputs
+            .iter()
+            .flatten()
+            .find(|o| o.index == errors.index);
+        let coarsest = measured
+            .into_iter()
+            .flat_map(|o| &o.emulations)
+            .filter_map(|e| e.rel_rms.map(|r| (r, e.name.as_str())))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        let wrong = candidate >= WRONG_REL_RMS
+            && reference <= WRONG_OVER_REFERENCE * candidate
+            && coarsest.is_none_or(|(r, _)| r <= WRONG_OVER_EMULATIONS * candidate);
+        wrong.then(|| {
+            let rounding = coarsest.map_or_else(String::new, |(r, name)| {
+                format!(", the coarsest rounding the judge emulates ({name}): {r:.3e}")
+            });
+            format!(
+                "output {} has a relative RMS error of {candidate:.3e} against a float64 copy of \
+                 the reference (the reference's own: {reference:.3e}{rounding}). Every element was \
+                 within atol only because the expected values are small next to it; no \
+                 floating-point rounding makes an error of {:.0}% or more",
+                errors.index,
+                WRONG_REL_RMS * 100.0
+            )
+        })
+    })
+}
+
 pub(crate) fn from_reply(reply: MeasurePrecisionReply, trial: u32) -> Precision {
     if let Some(reason) = reply.unmeasured {
         return Precision {
@@ -681,8 +735,44 @@ mod tests {
             "candidate": {"rel_rms": candidate, "max_norm": 1e-3},
             "reference": {"rel_rms": reference, "max_norm": 1e-6},
             "emulations": emulations,
-        }]}))
+        }], "errors": [{"index": 0, "candidate": candidate, "reference": reference}]}))
         .expect("a reply of the protocol's shape")
+    }
+
+    #[test]
+    fn an_error_no_rounding_explains_is_wrong_only_on_a_well_conditioned_output() {
+        let bf16 = [("rn7", 4.0e-3, 0.0, 0.0), ("rz10", 7.7e-4, 0.0, 0.0)];
+        // 1.5 times a softmax: 50% off, the reference 5e-8, bf16 rounding 0.4%.
+        let scaled = beyond_rounding(&reply("float32", 0.5, 5.4e-8, &bf16)).expect("wrong");
+        assert!(
+            scaled.starts_with("output 0 has a relative RMS error of 5.000e-1")
+                && scaled.contains("(rn7): 4.000e-3"),
+            "{scaled}"
+        );
+        // Honest bf16, or 5% off: imprecise, not wrong (the precision class says how much).
+        assert!(beyond_rounding(&reply("float32", 4.1e-3, 5.4e-8, &bf16)).is_none());
+        assert!(beyond_rounding(&reply("float32", 0.05, 5.4e-8, &bf16)).is_none());
+        // Rounding noise (the mean of a normalised tensor): the reference is as far off.
+        assert!(beyond_rounding(&reply("float32", 1.4, 0.9, &bf16)).is_none());
+        // A cancelling output that magnifies bf16's rounding to 30%: the emulation shows it.
+        let cancelling = [("rn7", 0.3, 0.0, 0.0)];
+        assert!(beyond_rounding(&reply("float32", 0.35, 1e-6, &cancelling)).is_none());
+        // Unmeasured (the emulations would exceed their budget): the errors still decide.
+        let errors_only = serde_json::from_value(json!({
+            "unmeasured": "over budget", "outputs": null,
+            "errors": [{"index": 0, "candidate": 1e-5, "reference": 1e-7},
+                       {"index": 1, "candidate": 1.0, "reference": 1e-7}]}))
+        .expect("an unmeasured reply");
+        let zeros = beyond_rounding(&errors_only).expect("wrong");
+        assert!(
+            zeros.starts_with("output 1 has a relative RMS error of 1.000e0 "),
+            "{zeros}"
+        );
+        // A non-finite candidate error (an overflow) with a precise reference is wrong too.
+        let overflow = serde_json::from_value(json!({"unmeasured": "over budget", "outputs": null,
+            "errors": [{"index": 0, "candidate": null, "reference": 1e-7}]}))
+        .expect("a reply");
+        assert!(beyond_rounding(&overflow).is_some());
     }
 
     #[test]
@@ -772,8 +862,10 @@ mod tests {
         assert!(downgrade_finding(&tf32_reference).is_none());
 
         let unmeasured = from_reply(
-            serde_json::from_value(json!({"unmeasured": "no float64 conv3d", "outputs": null}))
-                .expect("an unmeasured reply"),
+            serde_json::from_value(
+                json!({"unmeasured": "no float64 conv3d", "outputs": null, "errors": []}),
+            )
+            .expect("an unmeasured reply"),
             0,
         );
         assert_eq!(unmeasured.class, None);

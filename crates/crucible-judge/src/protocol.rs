@@ -308,6 +308,21 @@ pub(crate) struct MeasurePrecisionReply {
     /// Why nothing was measured (never the candidate's fault, never an `infra_error`).
     #[serde(deserialize_with = "present")]
     pub unmeasured: Option<String>,
+    /// Each floating-point output's relative RMS error against float64, for as many outputs
+    /// as the float64 reference got to (also when the rest is unmeasured).
+    pub errors: Vec<OutputErrors>,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OutputErrors {
+    pub index: u32,
+    /// The candidate's ||x − ref64||₂ / ||ref64||₂; null when not finite.
+    #[serde(deserialize_with = "present")]
+    pub candidate: Option<f64>,
+    /// The reference's own; null when not finite.
+    #[serde(deserialize_with = "present")]
+    pub reference: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -112,6 +112,33 @@ fn seed_replays_an_evaluation_exactly() {
     assert_eq!(a.trials, b.trials, "same seed, same inputs, same errors");
 }
 
+/// KernelBench issue #165 as a candidate: outputs far below atol make the elementwise tolerance
+/// vacuous, so a softmax scaled by 1.5 passes every trial. Its error against the float64
+/// reference (50%) refuses it at the precision stage; the honest kernel stays correct.
+#[test]
+fn an_output_within_atol_only_because_it_is_tiny_is_incorrect() {
+    let cfg = runtime_config();
+    let honest = judge_with("task_wide_softmax.py", "honest_wide_softmax.py", &cfg);
+    assert_eq!(honest.verdict, Verdict::Correct, "{:#?}", honest.failure);
+    assert!(honest.findings.iter().all(|f| f.severity != Severity::Flag));
+    let scaled = judge_with("task_wide_softmax.py", "atol_carried_softmax.py", &cfg);
+    assert_failure(&scaled, Verdict::Incorrect, FailureClass::Incorrect);
+    assert!(
+        scaled
+            .trials
+            .iter()
+            .all(|t| t.passed && t.outputs[0].mismatched == 0),
+        "every element of every trial is within atol"
+    );
+    let failure = scaled.failure.as_ref().expect("failure");
+    assert_eq!(failure.stage, "precision");
+    assert!(
+        failure.message.contains("relative RMS error of 5.000e-1"),
+        "{}",
+        failure.message
+    );
+}
+
 #[test]
 fn wrong_values_are_incorrect_with_error_statistics() {
     let result = judge("wrong_relu.py");

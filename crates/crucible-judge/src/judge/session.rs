@@ -403,6 +403,13 @@ impl Session {
         let referee = &mut self.workers.referee;
         let measured: MeasurePrecisionReply =
             eval.stage("precision", |_| referee_call(referee, &request, limit * 2))?;
+        if let Some(message) = precision::beyond_rounding(&measured) {
+            return Err(Stop::Candidate(Failure {
+                class: FailureClass::Incorrect,
+                stage: "precision".into(),
+                message,
+            }));
+        }
         let measured = precision::from_reply(measured, 0);
         if let Some(finding) = precision::downgrade_finding(&measured) {
             eval.add_once(finding);
