@@ -20,6 +20,9 @@
 //!    but an error within [`MATCHES_REFERENCE`] of the reference's own is never below the
 //!    reference's class.
 //!
+//! Before any class, [`beyond_rounding`] decides whether an output is wrong rather than
+//! imprecise: 10% or more off the float64 reference, which no rounding explains.
+//!
 //! A class is capped at the task's output dtype: on an fp16 task a 10-bit class is `fp16`, on a
 //! bf16 task everything is `bf16`. The thresholds come from `scripts/precision-measure.py`; the
 //! table is in docs/result-schema.md.
@@ -315,7 +318,6 @@ fn lowest(classes: impl Iterator<Item = PrecisionClass>) -> Option<PrecisionClas
     classes.min_by_key(|c| (c.mantissa_bits(), *c != PrecisionClass::Fp16))
 }
 
-/// The measurement the referee replied with (`measure_precision`), classified.
 /// A candidate output this far from the float64 reference (relative RMS error) is wrong, not
 /// imprecise: bf16, the coarsest class, rounds by at most 2^-8 (0.4%) per operation. It passed
 /// the elementwise tolerance (rtol is at most 1e-2) only through atol, i.e. because its expected
@@ -370,6 +372,7 @@ pub(crate) fn beyond_rounding(reply: &MeasurePrecisionReply) -> Option<String> {
     })
 }
 
+/// The measurement the referee replied with (`measure_precision`), classified.
 pub(crate) fn from_reply(reply: MeasurePrecisionReply, trial: u32) -> Precision {
     if let Some(reason) = reply.unmeasured {
         return Precision {
