@@ -20,7 +20,7 @@
 //!    but an error within [`MATCHES_REFERENCE`] of the reference's own is never below the
 //!    reference's class.
 //!
-//! Before any class, [`beyond_rounding`] decides whether an output is wrong rather than
+//! Before any class, `beyond_rounding` decides whether an output is wrong rather than
 //! imprecise: 10% or more off the float64 reference, which no rounding explains.
 //!
 //! A class is capped at the task's output dtype: on an fp16 task a 10-bit class is `fp16`, on a
