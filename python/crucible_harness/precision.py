@@ -193,8 +193,17 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
     made; every other exception is the caller's to turn into one too.
     """
     errors = []
+    started = time.perf_counter()
     try:
-        outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, budget_s, sync)
+        outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, sync)
+        elapsed = time.perf_counter() - started
+        # Each operand rounding costs about one more float64 forward.
+        forwards = len(OPERAND_ROUNDINGS)
+        if elapsed * (1 + forwards) > budget_s:
+            raise Unmeasured(
+                f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
+                f"measurement would exceed its {budget_s:.0f} s budget"
+            )
     except Unmeasured as exc:
         exc.errors = errors
         raise
@@ -213,13 +222,12 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
     return outputs, errors
 
 
-def float64_errors(torch, model, inputs, expected, got, errors, budget_s, sync):
+def float64_errors(torch, model, inputs, expected, got, errors, sync):
     """The float64 reference and each floating-point output's errors against it (appended to
-    `errors` as they are known); raises `Unmeasured` when the emulations cannot follow."""
+    `errors` as they are known, so that they outlive an `Unmeasured` raised here)."""
     floating = [j for j, e in enumerate(expected) if e.is_floating_point()]
     if not floating:
         raise Unmeasured("the task has no floating-point output")
-    started = time.perf_counter()
     ref64 = run_float64(torch, model, inputs)
     sync()
     if len(ref64) != len(expected):
@@ -247,14 +255,6 @@ def float64_errors(torch, model, inputs, expected, got, errors, budget_s, sync):
                 "reference": own,
                 "emulations": [],
             }
-        )
-    elapsed = time.perf_counter() - started
-    # Each operand rounding costs about one more float64 forward.
-    forwards = len(OPERAND_ROUNDINGS)
-    if elapsed * (1 + forwards) > budget_s:
-        raise Unmeasured(
-            f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
-            f"measurement would exceed its {budget_s:.0f} s budget"
         )
     return outputs, ref64
 
