@@ -152,8 +152,8 @@ fn the_network_is_unreachable() {
     udp.set_nonblocking(true).unwrap();
     let dir = test_dir("network");
     // On a GPU the seccomp ban on Unix sockets is off (CUDA needs them). With the minimal root
-    // the socket file below does not exist for the candidate; without it (the GPU default until
-    // measured there) nothing stops a connect to a socket file it can name, every result says
+    // the socket file below does not exist for the candidate; without it (`--gpu-sandbox`
+    // without `root`) nothing stops a connect to a socket file it can name, every result says
     // so (checked here), and the attempt is left out.
     let missing = test_sandbox().missing_features();
     let unix_ban_off = missing
@@ -235,7 +235,7 @@ fn files_outside_the_sandbox_are_unreadable() {
 fn host_paths_do_not_exist_for_the_candidate() {
     let missing = test_sandbox().missing_features();
     if let Some(off) = missing.iter().find(|m| m.starts_with("a minimal root")) {
-        // On a GPU by default (see `Layers::GPU_DEFAULT`); gpu-check runs this with it on.
+        // Only when the layers were picked without it (`CRUCIBLE_GPU_SANDBOX`).
         eprintln!("SKIPPED host_paths_do_not_exist_for_the_candidate: without {off}");
         return;
     }

@@ -47,14 +47,16 @@
 //! On a GPU the layers in `Sandbox::gpu_layers` apply, by default all but the user id (see
 //! `Layers::GPU_DEFAULT`): CUDA IPC will not map the referee's memory into another user's
 //! process. The candidate stays uid 0 with every capability dropped; Landlock also lets it write
-//! its own /proc/<pid>, the seccomp filter lets it make Unix sockets (CUDA needs both), and an
-//! empty tmpfs over /run hides the daemons' sockets (the minimal root, which would hide every
-//! socket file, is off on a GPU until measured there: `scripts/gpu-check sandbox` runs it).
+//! its own /proc/<pid> and the seccomp filter lets it make Unix sockets (CUDA needs both); the
+//! minimal root leaves it no socket file of the host's to connect to (measured on an H200 by
+//! `scripts/gpu-check sandbox`: CUDA, both transports, timing and the profiler work inside it).
+//! Without the minimal root (`--gpu-sandbox` without `root`), an empty tmpfs over /run hides the
+//! daemons' sockets instead.
 //! uid 0 is exempt from `RLIMIT_NPROC`, so the process limit comes from a pids cgroup of the
 //! candidate's own where the host has a writable v1 pids hierarchy (on every host, not only GPU
 //! ones), and from the namespace's pid_max (measured on the two-GPU H200 host, which has no
 //! writable pids cgroup: without it a candidate forked 300 of 300 processes under a limit of
-//! 64). Left open on a GPU by default: Unix socket files outside /run.
+//! 64).
 
 mod caps;
 mod cgroup;
@@ -145,15 +147,16 @@ impl Layers {
     /// works under Landlock once the candidate may write its own /proc/<pid> (CUDA names its
     /// threads there), under the seccomp filter once it allows Unix sockets, and under the PID and
     /// IPC namespaces. CUDA IPC refuses to import the referee's memory into a process of another
-    /// user id, so the candidate stays uid 0, without any capability. The minimal root is
-    /// off until measured on a GPU host (`--gpu-sandbox all` or `...,root` turns it on).
+    /// user id, so the candidate stays uid 0, without any capability. The minimal root works
+    /// there too (`scripts/gpu-check sandbox` on the H200 host, 2026-12: CUDA with both
+    /// transports, timing and the profiler inside it, and a host socket file out of reach).
     pub const GPU_DEFAULT: Layers = Layers {
         landlock: true,
         seccomp: true,
         pid_namespace: true,
         ipc_namespace: true,
         own_user: false,
-        minimal_root: false,
+        minimal_root: true,
     };
 
     /// Parses a comma list of `NAMES`, or `all` / `none`.
@@ -226,7 +229,7 @@ impl Layers {
         }
         if !self.minimal_root_applies() {
             off.push(
-                "a minimal root (off on a GPU: not yet measured there; Unix socket files outside \
+                "a minimal root (off on a GPU in this configuration; Unix socket files outside \
                  /run stay reachable)",
             );
         }
@@ -664,7 +667,7 @@ mod tests {
         }
         assert_eq!(
             Layers::GPU_DEFAULT.names(),
-            "landlock,seccomp,pid,ipc",
+            "landlock,seccomp,pid,ipc,root",
             "the names in `NAMES` order"
         );
         let err = Layers::parse("landlock,chroot").unwrap_err();
@@ -684,6 +687,17 @@ mod tests {
         );
         assert!(
             !off.iter().any(|m| m.starts_with("Landlock (off")),
+            "{off:?}"
+        );
+        // The minimal root is on by default on a GPU too, so no socket file of the host's is
+        // there to connect to although seccomp allows Unix sockets.
+        assert!(
+            !off.iter().any(|m| m.starts_with("a minimal root")),
+            "{off:?}"
+        );
+        assert!(
+            off.iter()
+                .any(|m| m.contains("the minimal root shows no socket file")),
             "{off:?}"
         );
         // The minimal root needs the PID namespace's mount namespace: asked for without it,
