@@ -740,6 +740,13 @@ impl Workers {
         self.referee.running() && self.candidate.running()
     }
 
+    /// Whether both processes have said something (their hello: nothing else comes before it),
+    /// so that taking this pair waits for no start-up. A pair that died also counts; `alive`
+    /// tells them apart.
+    pub fn said_hello(&self) -> bool {
+        self.referee.has_message() && self.candidate.has_message()
+    }
+
     /// Waits for both hellos. Failures before the candidate file is even loaded are the judge's.
     fn ready(&mut self, timeout: Duration) -> Result<(), Stop> {
         for (who, process) in [

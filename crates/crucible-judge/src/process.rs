@@ -286,6 +286,22 @@ impl HarnessProcess {
         self.child.id()
     }
 
+    /// Whether something from the child waits to be read (a message, or the end of its channel
+    /// when it died), without waiting or reading it.
+    pub fn has_message(&self) -> bool {
+        if !self.reader.buffer().is_empty() {
+            return true;
+        }
+        let mut poll = libc::pollfd {
+            fd: self.reader.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call; a zero timeout never blocks.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready > 0 && poll.revents != 0
+    }
+
     /// Whether the child is still running (it has not exited and nobody has reaped it).
     pub fn running(&mut self) -> bool {
         self.exited.is_none() && matches!(self.child.try_wait(), Ok(None))

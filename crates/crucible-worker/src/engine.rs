@@ -245,9 +245,14 @@ impl Engine {
         self.lock.as_deref()
     }
 
-    /// Prestarted pairs waiting right now.
+    /// Prestarted pairs waiting right now that have said hello (ready to take).
     pub fn warm(&self) -> usize {
         self.pool.as_ref().map_or(0, WarmPool::ready)
+    }
+
+    /// Prestarted pairs waiting right now, ready or still starting.
+    pub fn started(&self) -> usize {
+        self.pool.as_ref().map_or(0, WarmPool::started)
     }
 
     /// Prestarted pairs the pool holds when idle (0 without a warm pool).
@@ -318,14 +323,15 @@ impl Engine {
 
     /// A prestarted pair from the pool, or `None` (the judge then starts one itself).
     fn take_workers(&self) -> Option<crucible_judge::Workers> {
-        let workers = self.pool.as_ref().and_then(WarmPool::take);
-        if let (Some(probe), Some(workers)) = (&self.probe, &workers) {
+        let (workers, said_hello) = self.pool.as_ref().and_then(WarmPool::take)?;
+        if let Some(probe) = &self.probe {
             probe(EngineEvent::WorkersTaken {
                 candidate_pid: workers.candidate_pid(),
                 prestarted: true,
+                said_hello,
             });
         }
-        workers
+        Some(workers)
     }
 }
 

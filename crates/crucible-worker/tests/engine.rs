@@ -99,6 +99,7 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
             EngineEvent::WorkersTaken {
                 candidate_pid,
                 prestarted: true,
+                ..
             } => Some(*candidate_pid),
             _ => None,
         })
@@ -126,6 +127,50 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
             "candidate process {pid} outlived its evaluation"
         );
     }
+}
+
+/// A pair counts as ready once both processes said hello, not when it was spawned: the
+/// benchmark starts its clock on that count, and `take` prefers such a pair.
+#[test]
+fn the_pool_counts_a_pair_ready_once_it_said_hello() {
+    let Some(runtime) = runtime() else { return };
+    let (probe, events) = recorder();
+    let options = EngineOptions {
+        concurrency: 1,
+        ..EngineOptions::default()
+    };
+    let mut tuning = tuning(Some(probe));
+    tuning.pool_depth = Some(2);
+    let engine = engine(&runtime, options, tuning);
+    // Spawned a moment ago; importing torch alone takes longer than this check.
+    assert_eq!(engine.warm(), 0, "a pair counted ready before its hello");
+    let until = Instant::now() + Duration::from_secs(120);
+    while engine.warm() < 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!((engine.warm(), engine.started()), (2, 2));
+    let result = engine.evaluate(&job("task_relu.py", "honest_relu.py", 21));
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    let taken: Vec<bool> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::WorkersTaken { said_hello, .. } => Some(*said_hello),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(taken, [true]);
+    let start = result
+        .stages
+        .iter()
+        .find(|s| s.name == "start")
+        .expect("a start stage");
+    assert!(
+        start.duration_s < 1.0,
+        "a ready pair still took {} s to start",
+        start.duration_s
+    );
 }
 
 #[test]

@@ -449,6 +449,8 @@ struct Seen {
     /// Reference-cache lookups in order: the plain reference, then the matched class.
     cache_hits: Vec<bool>,
     prestarted: bool,
+    /// The prestarted pair had said hello when taken (no start-up to wait for).
+    said_hello: bool,
 }
 
 struct Row {
@@ -471,6 +473,7 @@ struct Row {
     failure: Option<crucible_result::Failure>,
     findings: Vec<String>,
     prestarted: bool,
+    said_hello: bool,
 }
 
 struct Measured {
@@ -531,7 +534,7 @@ impl CpuUse {
 /// How long a run waits for its warm pool to fill before it starts the clock anyway.
 const POOL_FILL_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 
-/// Waits until the engine's pool holds its depth of started pairs, or `limit` passed (the
+/// Waits until the engine's pool holds its depth of pairs that said hello, or `limit` passed (the
 /// report says how many were ready).
 fn wait_for_full_pool(engine: &Engine, limit: std::time::Duration) {
     let until = Instant::now() + limit;
@@ -569,7 +572,14 @@ fn run_mode(
                     }
                 }
                 EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
-                EngineEvent::WorkersTaken { prestarted, .. } => job.prestarted |= prestarted,
+                EngineEvent::WorkersTaken {
+                    prestarted,
+                    said_hello,
+                    ..
+                } => {
+                    job.prestarted |= prestarted;
+                    job.said_hello |= said_hello;
+                }
                 EngineEvent::TimedPhases { entered, left } => {
                     if let Ok(mut intervals) = intervals.lock() {
                         intervals.push((entered, left));
@@ -750,6 +760,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         stages,
         prestarted: seen.prestarted,
+        said_hello: seen.said_hello,
         failure: result.failure.clone(),
         findings: result
             .findings
@@ -773,7 +784,7 @@ impl Measured {
         let n = self.rows.len();
         println!(
             "  engine start-up (device probe, pool filled; once per worker, not in the rate): \
-             {:.2} s, {} of {} prestarted pairs ready when the clock started",
+             {:.2} s, {} of {} prestarted pairs ready (said hello) when the clock started",
             self.engine_start_s, self.pool_at_start.0, self.pool_at_start.1
         );
         println!(
@@ -809,8 +820,10 @@ impl Measured {
             );
         }
         let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
+        let said_hello = self.rows.iter().filter(|r| r.said_hello).count();
         println!(
-            "  prestarted pairs used: {prestarted}/{n}; reference cache: {} hits, {} measured",
+            "  prestarted pairs used: {prestarted}/{n} ({said_hello} had said hello when taken); \
+             reference cache: {} hits, {} measured",
             self.cache.0, self.cache.1
         );
     }
@@ -929,6 +942,7 @@ impl Measured {
                 "overhead_s": row.overhead_s,
                 "fixed_s": row.fixed_s,
                 "prestarted": row.prestarted,
+                "said_hello": row.said_hello,
                 "stages": row.stages,
                 "failure": row.failure,
                 "findings": row.findings,

@@ -3,7 +3,8 @@
 //! A background thread keeps `depth` pairs started (each pair spawned fresh with fork + exec
 //! from this process, which never initialises CUDA, so nothing CUDA-related is forked). An
 //! evaluation takes one pair and owns it: the candidate process serves that one candidate and
-//! is killed at the end, never returned. Pairs that died while waiting are dropped on take.
+//! is killed at the end, never returned. Pairs that died while waiting are dropped on take;
+//! a pair that has said hello goes before an older one still starting.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -69,24 +70,38 @@ impl WarmPool {
         })
     }
 
-    /// A started pair, if one is ready; `None` makes the evaluation start its own.
-    pub fn take(&self) -> Option<Workers> {
+    /// A started pair, if the pool holds one: the oldest that has said hello, else the oldest
+    /// still starting (it is ready soonest); `None` makes the evaluation start its own. The
+    /// flag says whether the pair had said hello.
+    pub fn take(&self) -> Option<(Workers, bool)> {
         let mut state = self.shared.state.lock().ok()?;
-        let taken = loop {
-            let Some(mut workers) = state.ready.pop_front() else {
-                break None;
-            };
-            if workers.alive() {
-                break Some(workers);
-            }
-            tracing::warn!("a prestarted harness pair died while waiting; dropped");
+        let before = state.ready.len();
+        state.ready.retain_mut(Workers::alive);
+        if state.ready.len() < before {
+            tracing::warn!(
+                "{} prestarted harness pair(s) died while waiting; dropped",
+                before - state.ready.len()
+            );
+        }
+        let taken = match state.ready.iter().position(Workers::said_hello) {
+            Some(index) => state.ready.remove(index).map(|workers| (workers, true)),
+            None => state.ready.pop_front().map(|workers| (workers, false)),
         };
         self.shared.wake.notify_all();
         taken
     }
 
-    /// Pairs started and waiting.
+    /// Pairs waiting that have said hello (taking one waits for no start-up).
     pub fn ready(&self) -> usize {
+        self.shared
+            .state
+            .lock()
+            .map(|s| s.ready.iter().filter(|w| w.said_hello()).count())
+            .unwrap_or(0)
+    }
+
+    /// Pairs waiting, started or still starting.
+    pub fn started(&self) -> usize {
         self.shared.state.lock().map(|s| s.ready.len()).unwrap_or(0)
     }
 

@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 /// One observation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EngineEvent {
-    /// An evaluation got a prestarted pair from the pool (`prestarted` true); one that finds
-    /// the pool empty starts its own inside the judge, which is not reported.
+    /// An evaluation got a prestarted pair from the pool (`prestarted` true; `said_hello`
+    /// when both processes were ready, so the evaluation waited for no start-up); one that
+    /// finds the pool empty starts its own inside the judge, which is not reported.
     WorkersTaken {
         candidate_pid: u32,
         prestarted: bool,
+        said_hello: bool,
     },
     /// How long an evaluation waited for the GPU lock (for its timed phases or, shared, for
     /// untimed GPU work).
