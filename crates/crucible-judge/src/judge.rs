@@ -740,6 +740,17 @@ impl Workers {
         self.referee.running() && self.candidate.running()
     }
 
+    /// Sets both processes' CPU priority, every thread of their process groups, to the judge's
+    /// own nice value plus `above_judge` (positive: lower priority). The warm pool starts its
+    /// pairs below the evaluations in flight and gives them the judge's priority when taken.
+    pub fn set_priority(&self, above_judge: i32) -> std::io::Result<()> {
+        let nice = crate::process::own_nice().saturating_add(above_judge);
+        for group in self.process_groups() {
+            crate::process::set_group_nice(group, nice)?;
+        }
+        Ok(())
+    }
+
     /// Whether both processes have said something (their hello: nothing else comes before it),
     /// so that taking this pair waits for no start-up. A pair that died also counts; `alive`
     /// tells them apart.

@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 pub use control::Control;
 pub use gpu_lock::{GpuLock, Held};
 pub use options::{JudgeOptions, MAX_TRIALS, OptionsError, check as check_options};
-pub use pool::WarmPool;
+pub use pool::{POOL_NICE, WarmPool};
 pub use probe::{EngineEvent, Probe};
 pub use reference_cache::{ReferenceCache, ReferencePolicy};
 
@@ -85,6 +85,9 @@ pub struct Tuning {
     /// engine sets the gate and the cache itself.
     pub base: Option<EvalConfig>,
     pub probe: Option<Probe>,
+    /// How much lower than the judge's the CPU priority of pairs waiting in the pool is
+    /// (default [`POOL_NICE`]; 0 keeps the judge's).
+    pub pool_nice: Option<i32>,
     /// Prestarted candidate processes do not start the profiler ahead (it then costs the
     /// profile stage ~4 s on an H200, but no CPU for candidates that are never profiled).
     pub cold_profiler: bool,
@@ -187,11 +190,17 @@ impl Engine {
             let ahead = if device.is_gpu() { 2 } else { 1 };
             let depth = tuning.pool_depth.unwrap_or(concurrency * ahead);
             Some(
-                WarmPool::start(runtime.clone(), base.clone(), depth, !tuning.cold_profiler)
-                    .map_err(|source| EngineError::Io {
-                        what: "starting the warm pool",
-                        source,
-                    })?,
+                WarmPool::start(
+                    runtime.clone(),
+                    base.clone(),
+                    depth,
+                    !tuning.cold_profiler,
+                    tuning.pool_nice.unwrap_or(POOL_NICE),
+                )
+                .map_err(|source| EngineError::Io {
+                    what: "starting the warm pool",
+                    source,
+                })?,
             )
         } else {
             None

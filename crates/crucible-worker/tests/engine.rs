@@ -66,6 +66,13 @@ fn summary(result: &EvalResult) -> (Verdict, Option<String>, Vec<bool>) {
     )
 }
 
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(2) == Some("0"))
+}
+
 fn pid_running(pid: u32) -> bool {
     // A reaped process has no /proc entry; a zombie would still show, with state Z.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -129,12 +136,69 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
     }
 }
 
+/// A process's nice value, from /proc/PID/stat (field 19); `None` once it is gone.
+fn nice_of(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    after_name.split(' ').nth(16)?.parse().ok()
+}
+
+/// The nice values of this process's descendants running `crucible_harness` (the pools of
+/// every test in this binary among them; a sandboxed candidate runs under an init of its own).
+fn harness_descendants_nice() -> Vec<i32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+    };
+    let me = std::process::id();
+    let descends = |mut pid: u32| {
+        while let Some(parent) = parent_of(pid) {
+            if parent == me {
+                return true;
+            }
+            if parent <= 1 {
+                return false;
+            }
+            pid = parent;
+        }
+        false
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("crucible_harness") && descends(*pid)
+        })
+        .filter_map(nice_of)
+        .collect()
+}
+
 /// A pair counts as ready once both processes said hello, not when it was spawned: the
-/// benchmark starts its clock on that count, and `take` prefers such a pair.
+/// benchmark starts its clock on that count, and `take` prefers such a pair. While it waits it
+/// runs below the judge's CPU priority, and gets the judge's when taken.
 #[test]
 fn the_pool_counts_a_pair_ready_once_it_said_hello() {
     let Some(runtime) = runtime() else { return };
-    let (probe, events) = recorder();
+    let own_nice = nice_of(std::process::id()).expect("own nice");
+    let taken_nice = Arc::new(Mutex::new(Vec::new()));
+    let (probe, events) = {
+        let (record, events) = recorder();
+        let taken_nice = Arc::clone(&taken_nice);
+        let probe: Probe = Arc::new(move |event: EngineEvent| {
+            if let EngineEvent::WorkersTaken { candidate_pid, .. } = &event {
+                taken_nice
+                    .lock()
+                    .expect("nice")
+                    .push(nice_of(*candidate_pid));
+            }
+            record(event);
+        });
+        (probe, events)
+    };
     let options = EngineOptions {
         concurrency: 1,
         ..EngineOptions::default()
@@ -149,6 +213,15 @@ fn the_pool_counts_a_pair_ready_once_it_said_hello() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!((engine.warm(), engine.started()), (2, 2));
+    // Both pairs' referees and candidate harnesses.
+    let waiting = harness_descendants_nice()
+        .into_iter()
+        .filter(|nice| *nice == own_nice + crucible_worker::engine::POOL_NICE)
+        .count();
+    assert!(
+        waiting >= 4,
+        "pooled processes below the judge's priority: {waiting}"
+    );
     let result = engine.evaluate(&job("task_relu.py", "honest_relu.py", 21));
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     let taken: Vec<bool> = events
@@ -161,6 +234,10 @@ fn the_pool_counts_a_pair_ready_once_it_said_hello() {
         })
         .collect();
     assert_eq!(taken, [true]);
+    if is_root() {
+        // Raising a priority back needs CAP_SYS_NICE (the judge's, as root).
+        assert_eq!(*taken_nice.lock().expect("nice"), [Some(own_nice)]);
+    }
     let start = result
         .stages
         .iter()

@@ -87,6 +87,10 @@ pub struct ThroughputArgs {
     /// Harness pairs the ON engine keeps started ahead (default: the engine's own).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pool_depth: Option<u32>,
+    /// How much lower than the judge's the CPU priority (nice) of the ON engine's waiting
+    /// pairs is (default: the engine's own, 10; 0 gives them the judge's).
+    #[arg(long, allow_hyphen_values = true)]
+    pool_nice: Option<i32>,
     /// Timed iterations per side (and warm-up iterations before them).
     #[arg(long, default_value_t = 30)]
     iters: u32,
@@ -610,6 +614,7 @@ fn run_mode(
         cold_profiler: args.cold_profiler,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
+        pool_nice: args.pool_nice,
         ..Tuning::default()
     };
     let created = Instant::now();

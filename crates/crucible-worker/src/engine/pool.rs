@@ -17,6 +17,12 @@ use crucible_judge::{EvalConfig, Runtime, Workers};
 /// not spin).
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
+/// How much lower than the judge's the CPU priority (nice) of a pair still waiting in the pool
+/// is. Starting a pair (importing torch twice, the CUDA contexts, the profiler's start-up) is
+/// most of a warm worker's CPU use; at a lower priority it takes only what the evaluations in
+/// flight (compiling, running trials) leave, and a pair gets the judge's priority when taken.
+pub const POOL_NICE: i32 = 10;
+
 struct State {
     ready: VecDeque<Workers>,
     stopping: bool,
@@ -30,6 +36,8 @@ struct Shared {
     cfg: EvalConfig,
     depth: usize,
     warm_profiler: bool,
+    /// Waiting pairs' nice value above the judge's.
+    nice: i32,
 }
 
 pub struct WarmPool {
@@ -40,12 +48,14 @@ pub struct WarmPool {
 impl WarmPool {
     /// Starts the refill thread; the first pairs start at once. `warm_profiler`: candidate
     /// processes start the profiler before their hello (when correct ones will be timed on a
-    /// GPU).
+    /// GPU). `nice`: how much lower than the judge's the waiting pairs' CPU priority is
+    /// ([`POOL_NICE`] by default).
     pub fn start(
         runtime: Runtime,
         cfg: EvalConfig,
         depth: usize,
         warm_profiler: bool,
+        nice: i32,
     ) -> std::io::Result<WarmPool> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -57,6 +67,7 @@ impl WarmPool {
             cfg,
             depth: depth.max(1),
             warm_profiler,
+            nice,
         });
         let refill = {
             let shared = Arc::clone(&shared);
@@ -88,6 +99,14 @@ impl WarmPool {
             None => state.ready.pop_front().map(|workers| (workers, false)),
         };
         self.shared.wake.notify_all();
+        drop(state);
+        if let Some((workers, _)) = &taken
+            && let Err(error) = workers.set_priority(0)
+        {
+            // Raising a priority back needs CAP_SYS_NICE (the judge has it as root); without
+            // it the pair runs below the judge's priority, as correct, only slower when busy.
+            tracing::debug!("cannot give a prestarted pair the judge's priority: {error}");
+        }
         taken
     }
 
@@ -145,6 +164,11 @@ fn refill(shared: &Shared) {
         // Spawned outside the lock: taking a pair never waits for a spawn.
         match Workers::spawn(&shared.runtime, &shared.cfg, shared.warm_profiler) {
             Ok(workers) => {
+                if shared.nice != 0
+                    && let Err(error) = workers.set_priority(shared.nice)
+                {
+                    tracing::debug!("cannot lower a prestarted pair's priority: {error}");
+                }
                 let Ok(mut state) = shared.state.lock() else {
                     return;
                 };
