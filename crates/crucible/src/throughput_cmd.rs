@@ -468,6 +468,7 @@ struct Row {
     trial_share_s: f64,
     trial_lock_wait_s: f64,
     overhead_s: f64,
+    overhead_outside_trials_s: f64,
     /// What every evaluation pays whatever the candidate does: the static checks, waiting for
     /// the processes, building the reference, loading the candidate, set-up and teardown.
     fixed_s: f64,
@@ -708,10 +709,12 @@ fn evaluate_tagged(engine: &Engine, cases: &[&Case], pace: std::time::Duration) 
 }
 
 /// One evaluation's figures. `overhead = wall − compile − GPU work − GPU-lock wait`, where
-/// compile is the first trial less the median later trial (the candidate's Triton compilation
-/// and autotuning), GPU work is the timed iterations (warm-up included) of the candidate and of
-/// every reference timing measured in this evaluation (a cached one costs nothing), and the
-/// lock wait is time spent queued behind other evaluations' timed phases.
+/// compile is the candidate's Triton compilation (see [`compile_time`]), GPU work is the timed
+/// iterations (warm-up included) of the candidate and of every reference timing measured in
+/// this evaluation (a cached one costs nothing), and the lock wait is time spent queued behind
+/// other evaluations' timed phases. `overhead_outside_trials` leaves the correctness trials
+/// out altogether (their forwards, autotuning runs and transfers are GPU work, and under
+/// concurrency their wall time is mostly the GPU's time slicing between processes).
 fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
     let mut stages: BTreeMap<String, f64> = BTreeMap::new();
     for stage in &result.stages {
@@ -731,10 +734,10 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         .filter(|s| s.name.starts_with("trial_") && s.status == crucible_result::StageStatus::Ok)
         .map(|s| s.duration_s - seen.trial_lock_wait_s.get(&s.name).copied().unwrap_or(0.0))
         .collect();
-    let compile_s = match trials.split_first() {
-        Some((first, rest)) if !rest.is_empty() => (first - median(rest)).max(0.0),
-        _ => 0.0,
-    };
+    let trials_s = stages.get("trials").copied().unwrap_or(0.0);
+    let compile_s = compile_time(trials_s, &trials, seen);
+    let outside_trials_lock_wait_s =
+        seen.lock_wait_s - seen.trial_lock_wait_s.values().sum::<f64>();
     let gpu_s = result.timing.as_ref().map_or(0.0, |t| {
         let side = |s: &Stats| s.mean_ms * f64::from(s.n + t.warmup) / 1e3;
         // OFF measures every reference timing; ON only the cache misses.
@@ -763,6 +766,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         trial_share_s: seen.trial_share_s,
         trial_lock_wait_s: seen.trial_lock_wait_s.values().sum(),
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
+        overhead_outside_trials_s: result.wall_s - trials_s - gpu_s - outside_trials_lock_wait_s,
         stages,
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
@@ -773,6 +777,23 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
             .filter(|f| f.severity >= crucible_result::Severity::Flag)
             .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
             .collect(),
+    }
+}
+
+/// The candidate's compile time. With a GPU gate, the time its trials ran without a share of
+/// the GPU and without waiting for one: the judge lets the share go exactly while Triton
+/// compiles (the harness's `compiling` / `compiled` notes), so this is every compile, also of
+/// a candidate that failed in its first trial, and none of its autotuning's GPU runs. Without
+/// a gate (the CPU), the first trial less the median later trial, each without its lock waits.
+/// `trials_s`: every trial stage's time, passed or not; `passed`: each passed trial's own time.
+fn compile_time(trials_s: f64, passed: &[f64], seen: &Seen) -> f64 {
+    if seen.trial_share_s > 0.0 {
+        let waits: f64 = seen.trial_lock_wait_s.values().sum();
+        return (trials_s - seen.trial_share_s - waits).max(0.0);
+    }
+    match passed.split_first() {
+        Some((first, rest)) if !rest.is_empty() => (first - median(rest)).max(0.0),
+        _ => 0.0,
     }
 }
 
@@ -874,33 +895,45 @@ impl Measured {
             ),
             ("judge overhead", column(&|r| r.overhead_s)),
             (
+                "judge overhead outside the trials",
+                column(&|r| r.overhead_outside_trials_s),
+            ),
+            (
                 "fixed part (verify+start+reference+load+outside)",
                 column(&|r| r.fixed_s),
             ),
         ] {
             println!("    {label:<50} {med:>8.3} s median {sum:>9.2} s sum");
         }
-        for kind in [Kind::Correct, Kind::Incorrect, Kind::Failing] {
-            let values: Vec<f64> = self
-                .rows
-                .iter()
-                .filter(|r| r.kind == kind)
-                .map(|r| r.overhead_s)
-                .collect();
-            if !values.is_empty() {
-                println!(
-                    "    judge overhead, {:<10} {:>8.3} s median {:>8.3} s mean",
-                    format!("{kind:?}").to_lowercase(),
-                    median(&values),
-                    values.iter().sum::<f64>() / values.len() as f64
-                );
+        let measures: [(&str, fn(&Row) -> f64); 2] = [
+            ("judge overhead", |r| r.overhead_s),
+            ("outside the trials", |r| r.overhead_outside_trials_s),
+        ];
+        for (label, measure) in measures {
+            for kind in [Kind::Correct, Kind::Incorrect, Kind::Failing] {
+                let values: Vec<f64> = self
+                    .rows
+                    .iter()
+                    .filter(|r| r.kind == kind)
+                    .map(measure)
+                    .collect();
+                if !values.is_empty() {
+                    println!(
+                        "    {label}, {:<10} {:>8.3} s median {:>8.3} s mean",
+                        format!("{kind:?}").to_lowercase(),
+                        median(&values),
+                        values.iter().sum::<f64>() / values.len() as f64
+                    );
+                }
             }
         }
         println!(
-            "  judge overhead = wall - candidate compile (first trial - median later trial, each \
-             without its GPU-lock waits) - GPU \
-             work (timed iterations incl. warm-up of the candidate and of each reference timing \
-             measured, not cached) - GPU-lock wait (queued behind other evaluations' timed phases)"
+            "  judge overhead = wall - candidate compile (on a GPU: the trials' time without a \
+             GPU share, which the judge lets go exactly while Triton compiles; on the CPU: first \
+             trial - median later trial, each without its GPU-lock waits) - GPU work (timed \
+             iterations incl. warm-up of the candidate and of each reference timing measured, \
+             not cached) - GPU-lock wait (queued behind other evaluations' timed phases); \
+             outside the trials = wall - the trials - GPU work - GPU-lock wait outside the trials"
         );
     }
 
@@ -945,6 +978,7 @@ impl Measured {
                 "trial_share_s": row.trial_share_s,
                 "trial_lock_wait_s": row.trial_lock_wait_s,
                 "overhead_s": row.overhead_s,
+                "overhead_outside_trials_s": row.overhead_outside_trials_s,
                 "fixed_s": row.fixed_s,
                 "prestarted": row.prestarted,
                 "said_hello": row.said_hello,
@@ -983,19 +1017,15 @@ fn stage_order(name: &str) -> usize {
 mod tests {
     use super::*;
 
-    /// A first trial that waited 3 s for the GPU lock compiled for 0.9 s, not 3.9 s: the wait
-    /// is taken off once, as a lock wait.
-    #[test]
-    fn lock_waits_inside_a_trial_are_not_counted_as_compiling() {
-        let stage =
-            |name: &str, s: f64| format!(r#"{{"name":"{name}","status":"ok","duration_s":{s}}}"#);
-        let stages = [
-            stage("start", 0.5),
-            stage("trial_0", 5.0),
-            stage("trial_1", 1.0),
-            stage("trial_2", 1.2),
-        ]
-        .join(",");
+    /// A result document with these stages (name, seconds, status) and a wall time of 10 s.
+    fn result_with_stages(stages: &[(&str, f64, &str)]) -> EvalResult {
+        let stages = stages
+            .iter()
+            .map(|(name, s, status)| {
+                format!(r#"{{"name":"{name}","status":"{status}","duration_s":{s}}}"#)
+            })
+            .collect::<Vec<_>>()
+            .join(",");
         let document = format!(
             r#"{{"schema":"crucible.result/1","verdict":"incorrect","correct":false,
             "speedup":null,"timing":null,"coverage":null,"findings":[],"stages":[{stages}],
@@ -1008,7 +1038,19 @@ mod tests {
             "cuda":null,"driver":null,"python":null,"crucible":"0","triton_interpret":false}},
             "wall_s":10.0}}"#
         );
-        let result: EvalResult = serde_json::from_str(&document).expect("result");
+        serde_json::from_str(&document).expect("result")
+    }
+
+    /// Without a GPU gate (no share seen): a first trial that waited 3 s for the GPU lock
+    /// compiled for 0.9 s, not 3.9 s: the wait is taken off once, as a lock wait.
+    #[test]
+    fn lock_waits_inside_a_trial_are_not_counted_as_compiling() {
+        let result = result_with_stages(&[
+            ("start", 0.5, "ok"),
+            ("trial_0", 5.0, "ok"),
+            ("trial_1", 1.0, "ok"),
+            ("trial_2", 1.2, "ok"),
+        ]);
         let seen = Seen {
             lock_wait_s: 3.0,
             trial_lock_wait_s: BTreeMap::from([("trial_0".to_string(), 3.0)]),
@@ -1017,6 +1059,34 @@ mod tests {
         let row = row(&result, Kind::Incorrect, &seen, true);
         assert!((row.compile_s - 0.9).abs() < 1e-9, "{}", row.compile_s);
         assert!((row.overhead_s - 6.1).abs() < 1e-9, "{}", row.overhead_s);
+        // 10 - 7.2 s of trials, no GPU work, no lock wait outside the trials.
+        assert!(
+            (row.overhead_outside_trials_s - 2.8).abs() < 1e-9,
+            "{}",
+            row.overhead_outside_trials_s
+        );
+    }
+
+    /// With a GPU gate, compiling is the trials' time without a share and without waiting for
+    /// one, also for a candidate whose only trial failed (no later trial to compare with).
+    #[test]
+    fn on_a_gpu_compiling_is_the_trials_time_without_a_share() {
+        let result = result_with_stages(&[("start", 0.5, "ok"), ("trial_0", 6.0, "failed")]);
+        let seen = Seen {
+            lock_wait_s: 1.5,
+            trial_lock_wait_s: BTreeMap::from([("trial_0".to_string(), 1.0)]),
+            trial_share_s: 1.5,
+            ..Seen::default()
+        };
+        let row = row(&result, Kind::Incorrect, &seen, true);
+        // 6 s in the trial: 1.5 under a share, 1 waiting for one, 3.5 compiling.
+        assert!((row.compile_s - 3.5).abs() < 1e-9, "{}", row.compile_s);
+        assert!((row.overhead_s - 5.0).abs() < 1e-9, "{}", row.overhead_s);
+        assert!(
+            (row.overhead_outside_trials_s - 3.5).abs() < 1e-9,
+            "{}",
+            row.overhead_outside_trials_s
+        );
     }
 
     #[test]
