@@ -905,7 +905,8 @@ impl Measured {
         ] {
             println!("    {label:<50} {med:>8.3} s median {sum:>9.2} s sum");
         }
-        let measures: [(&str, fn(&Row) -> f64); 2] = [
+        type Measure = fn(&Row) -> f64;
+        let measures: [(&str, Measure); 2] = [
             ("judge overhead", |r| r.overhead_s),
             ("outside the trials", |r| r.overhead_outside_trials_s),
         ];
