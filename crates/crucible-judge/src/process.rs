@@ -395,6 +395,29 @@ pub(crate) fn set_group_nice(group: libc::pid_t, nice: i32) -> std::io::Result<(
     }
 }
 
+/// Whether this process may give a process back a priority it lowered: `CAP_SYS_NICE`
+/// (root's), or an `RLIMIT_NICE` that reaches its own nice value.
+pub fn can_raise_priority() -> bool {
+    const CAP_SYS_NICE: u32 = 23;
+    let capable = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0);
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscall filling one rlimit struct.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NICE, &mut limit) } == 0;
+    // RLIMIT_NICE allows nice values down to 20 - rlim_cur.
+    let by_limit = got
+        && 20 - i64::try_from(limit.rlim_cur).unwrap_or(i64::MAX).min(40) <= i64::from(own_nice());
+    capable || by_limit
+}
+
 /// This process's own nice value (what the harness processes inherit at spawn).
 pub(crate) fn own_nice() -> i32 {
     // SAFETY: plain syscall on this process; -1 is also a valid nice, so errno tells failure
@@ -416,6 +439,31 @@ mod nice_tests {
             .expect("nice")
             .parse()
             .expect("number")
+    }
+
+    /// The answer matches what the kernel allows: lower a child's priority, then try to give it
+    /// back.
+    #[test]
+    fn can_raise_priority_says_whether_a_lowered_priority_comes_back() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let group = child.id() as libc::pid_t;
+        let own = own_nice();
+        if own > 14 {
+            eprintln!("SKIPPED: this test runs at nice {own}, with no room to lower a child's");
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        set_group_nice(group, own + 5).expect("lowering is always allowed");
+        let restored = set_group_nice(group, own).is_ok();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(can_raise_priority(), restored);
     }
 
     #[test]

@@ -57,6 +57,17 @@ impl WarmPool {
         warm_profiler: bool,
         nice: i32,
     ) -> std::io::Result<WarmPool> {
+        // A pair lowered without the right to raise it again would run its whole evaluation,
+        // timed phases included, below the judge.
+        let nice = if nice > 0 && !crucible_judge::process::can_raise_priority() {
+            tracing::info!(
+                "the warm pool keeps the judge's CPU priority: without CAP_SYS_NICE it could not \
+                 give a taken pair its priority back"
+            );
+            0
+        } else {
+            nice
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
