@@ -441,17 +441,23 @@ mod nice_tests {
             .expect("number")
     }
 
-    /// The answer matches what the kernel allows: lower a child's priority, then try to give it
-    /// back.
-    #[test]
-    fn can_raise_priority_says_whether_a_lowered_priority_comes_back() {
+    /// A child that sleeps as the leader of a process group of its own, and that group.
+    fn sleeping_group_leader() -> (std::process::Child, libc::pid_t) {
         use std::os::unix::process::CommandExt;
-        let mut child = std::process::Command::new("sleep")
+        let child = std::process::Command::new("sleep")
             .arg("30")
             .process_group(0)
             .spawn()
             .expect("sleep");
         let group = child.id() as libc::pid_t;
+        (child, group)
+    }
+
+    /// The answer matches what the kernel allows: lower a child's priority, then try to give it
+    /// back.
+    #[test]
+    fn can_raise_priority_says_whether_a_lowered_priority_comes_back() {
+        let (mut child, group) = sleeping_group_leader();
         let own = own_nice();
         if own > 14 {
             eprintln!("SKIPPED: this test runs at nice {own}, with no room to lower a child's");
@@ -468,17 +474,11 @@ mod nice_tests {
 
     #[test]
     fn a_group_gets_the_priority_and_gives_it_back() {
-        use std::os::unix::process::CommandExt;
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("SKIPPED: raising a priority needs root (CAP_SYS_NICE)");
             return;
         }
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .expect("sleep");
-        let group = child.id() as libc::pid_t;
+        let (mut child, group) = sleeping_group_leader();
         let before = nice_of(child.id());
         assert_eq!(before, own_nice());
         set_group_nice(group, -7).expect("raise");
