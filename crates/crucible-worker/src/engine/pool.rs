@@ -111,12 +111,12 @@ impl WarmPool {
         };
         self.shared.wake.notify_all();
         drop(state);
+        // Only a pool that lowered its pairs gives the priority back (`start` checked it may).
         if let Some((workers, _)) = &taken
+            && self.shared.nice != 0
             && let Err(error) = workers.set_priority(0)
         {
-            // Raising a priority back needs CAP_SYS_NICE (the judge has it as root); without
-            // it the pair runs below the judge's priority, as correct, only slower when busy.
-            tracing::debug!("cannot give a prestarted pair the judge's priority: {error}");
+            tracing::warn!("cannot give a prestarted pair the judge's priority: {error}");
         }
         taken
     }
