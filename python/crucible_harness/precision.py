@@ -118,22 +118,26 @@ def flat_pairs(torch, tensors):
 
 def error_stats(torch, ref64, others):
     """`rel_rms` and `max_norm` of each tensor in `others` against `ref64`, over the elements
-    where all of them are finite, plus that element count."""
-    sq_ref, count = 0.0, 0
-    sq = [0.0] * len(others)
-    worst = [0.0] * len(others)
+    where all of them are finite, plus that element count.
+
+    Sums are kept on the device across slices and fetched once (each fetch waits for every
+    other busy process's time slice on a shared GPU; see `common.compare`)."""
+    sums, worst = None, None
     for ref, *rest in flat_pairs(torch, [ref64, *others]):
         mask = torch.isfinite(ref)
         for x in rest:
             mask &= torch.isfinite(x)
-        ref = ref[mask]
-        count += ref.numel()
-        sq_ref += float((ref * ref).sum())
-        for k, x in enumerate(rest):
-            d = x[mask] - ref
-            sq[k] += float((d * d).sum())
-            if d.numel():
-                worst[k] = max(worst[k], float(d.abs().max()))
+        ref = torch.where(mask, ref, 0.0)
+        diffs = [torch.where(mask, x - ref, 0.0) for x in rest]
+        step = torch.stack([mask.sum().to(torch.float64), (ref * ref).sum(), *[(d * d).sum() for d in diffs]])
+        largest = torch.stack([d.abs().max() for d in diffs])
+        sums = step if sums is None else sums + step
+        worst = largest if worst is None else torch.maximum(worst, largest)
+    if sums is None:
+        raise Unmeasured("the output has no elements")
+    fetched = torch.cat([sums, worst]).tolist()
+    count, sq_ref = int(fetched[0]), fetched[1]
+    sq, worst = fetched[2 : 2 + len(others)], fetched[2 + len(others) :]
     if count == 0:
         raise Unmeasured("no element of the output is finite in both the reference and its float64 copy")
     norm_ref = math.sqrt(sq_ref)
@@ -161,16 +165,15 @@ def fingerprint(torch, ref64, got, emulated):
     - `coefficient_noise`: its standard error, ||d_got - coefficient d_emul|| / (||d_emul|| sqrt(n-1));
     - `unexplained` = ||d_got - d_emul|| / ||d_got||.
     Values are None where undefined (no error, no emulated error)."""
-    sq_got, sq_emul, dot, count = 0.0, 0.0, 0.0, 0
+    totals = None
     for ref, x, e in flat_pairs(torch, [ref64, got, emulated]):
         mask = torch.isfinite(ref) & torch.isfinite(x) & torch.isfinite(e)
-        ref = ref[mask]
-        d = x[mask] - ref
-        de = e[mask] - ref
-        count += ref.numel()
-        sq_got += float((d * d).sum())
-        sq_emul += float((de * de).sum())
-        dot += float((d * de).sum())
+        d = torch.where(mask, x - ref, 0.0)
+        de = torch.where(mask, e - ref, 0.0)
+        step = torch.stack([(d * d).sum(), (de * de).sum(), (d * de).sum(), mask.sum().to(torch.float64)])
+        totals = step if totals is None else totals + step
+    sq_got, sq_emul, dot, count = totals.tolist() if totals is not None else [0.0, 0.0, 0.0, 0.0]
+    count = int(count)
     out = {"unexplained": None, "coefficient": None, "coefficient_noise": None}
     if sq_got > 0.0:
         out["unexplained"] = finite(math.sqrt(max(sq_got - 2 * dot + sq_emul, 0.0) / sq_got))

@@ -10,7 +10,7 @@ import sys
 import traceback
 
 from crucible_harness import common, precision
-from crucible_harness.common import compare, same_bits
+from crucible_harness.common import compare
 
 
 class Referee:
@@ -151,18 +151,18 @@ class Referee:
                 _stats, problem = compare(torch, first, again, atol, rtol)
                 if problem:
                     repeat_problems.append(f"output {j}, second run vs first: {problem}")
-        mutated = []
-        for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs, strict=True)):
-            if isinstance(orig, torch.Tensor):
-                now = self._shared_input_value(x, desc)
-                if not torch.equal(now, orig):
-                    mutated.append(i)
-        common.sync(torch, self.device)
-        changed = [
-            j
-            for j, ((slot, desc), snap) in enumerate(zip(slots, snapshot, strict=True))
-            if not same_bits(torch, self._slot_value(slot, desc), snap)
+        tensors = [
+            (i, self._shared_input_value(x, desc), orig)
+            for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs, strict=True))
+            if isinstance(orig, torch.Tensor)
         ]
+        flags = common.differ_bitwise(torch, [(now, orig) for _i, now, orig in tensors])
+        mutated = [i for (i, _now, _orig), flag in zip(tensors, flags, strict=True) if flag]
+        # Read again after that wait for the device: a write landing since the snapshot shows.
+        flags = common.differ_bitwise(
+            torch, [(self._slot_value(slot, desc), snap) for (slot, desc), snap in zip(slots, snapshot, strict=True)]
+        )
+        changed = [j for j, flag in enumerate(flags) if flag]
         del inputs, pristine, expected, shared_inputs, slots, snapshot
         if self.device.startswith("cuda"):
             # Evaluations share the GPU: memory this trial no longer needs goes back to the

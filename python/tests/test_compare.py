@@ -179,3 +179,43 @@ def test_unravel_matches_numpy(shape):
 
 def test_unravel_of_a_scalar_is_the_empty_index():
     assert common.unravel(0, ()) == ()
+
+
+def no_per_value_transfers(monkeypatch):
+    """Counts `.tolist()` calls and makes every per-value transfer from a tensor (`.item()`,
+    `bool`, `float`, `int`) fail: on a GPU each is a wait that other processes' time slices
+    lengthen (see `common.compare`)."""
+    fetches = []
+    real_tolist = torch.Tensor.tolist
+
+    def tolist(self):
+        fetches.append(tuple(self.shape))
+        return real_tolist(self)
+
+    def forbidden(self, *_args):
+        raise AssertionError("a per-value transfer from the device")
+
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    for name in ("item", "__bool__", "__float__", "__int__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    return fetches
+
+
+def test_a_passing_comparison_fetches_every_slice_at_once(monkeypatch):
+    exp = torch.randn(5, 13, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setattr(common, "COMPARE_CHUNK", 8)
+    fetches = no_per_value_transfers(monkeypatch)
+    stats, problem = common.compare(torch, exp, exp + 1e-6, 1e-2, 1e-2)
+    assert problem is None
+    assert stats["mismatched"] == 0 and 0 < stats["max_abs"] < 1e-5
+    assert fetches == [(9, 7)]  # nine slices, seven statistics each, one transfer
+
+
+def test_bitwise_differences_are_fetched_at_once(monkeypatch):
+    a = torch.tensor([0.0, math.nan, 1.0])
+    pairs = [(a, a.clone()), (a, torch.tensor([-0.0, math.nan, 1.0])), (a, a.reshape(3, 1)), (a, a.double())]
+    fetches = no_per_value_transfers(monkeypatch)
+    # Equal bits (NaN included); -0.0 is not 0.0; another shape or dtype always differs.
+    assert common.differ_bitwise(torch, pairs) == [False, True, True, True]
+    assert fetches == [(2,)]
+    assert common.differ_bitwise(torch, []) == []

@@ -1,0 +1,66 @@
+"""The referee's float64 error measures (`precision.py`): their values against a direct
+computation, over slices and non-finite elements, and fetched from the device once."""
+
+import math
+
+import pytest
+import torch
+from test_compare import no_per_value_transfers
+
+from crucible_harness import precision
+
+
+def direct(ref, x):
+    """rel_rms and max_norm over the elements where both are finite, the obvious way."""
+    mask = torch.isfinite(ref) & torch.isfinite(x)
+    r, d = ref[mask], x[mask] - ref[mask]
+    norm = math.sqrt(float((r * r).sum()))
+    return math.sqrt(float((d * d).sum())) / norm, float(d.abs().max()) / (norm / math.sqrt(r.numel()))
+
+
+@pytest.fixture
+def outputs():
+    g = torch.Generator().manual_seed(11)
+    ref = torch.randn(1000, generator=g, dtype=torch.float64)
+    a = ref + 1e-3 * torch.randn(1000, generator=g, dtype=torch.float64)
+    b = ref + 1e-1 * torch.randn(1000, generator=g, dtype=torch.float64)
+    a[17], b[500], ref[999] = math.inf, math.nan, math.nan  # left out of every measure
+    return ref, a, b
+
+
+def test_error_stats_match_a_direct_computation_over_slices(monkeypatch, outputs):
+    ref, a, b = outputs
+    mask = torch.isfinite(ref) & torch.isfinite(a) & torch.isfinite(b)
+    expected = [direct(ref[mask], x[mask]) for x in (a, b)]
+    monkeypatch.setattr(precision, "CHUNK", 64)  # 16 slices, the last one short
+    fetches = no_per_value_transfers(monkeypatch)
+    (sa, sb), count = precision.error_stats(torch, ref, [a, b])
+    assert fetches == [(2 + 2 + 2,)]
+    assert count == 997
+    for stats, (rel_rms, max_norm) in zip((sa, sb), expected, strict=True):
+        assert stats["rel_rms"] == pytest.approx(rel_rms, rel=1e-12)
+        assert stats["max_norm"] == pytest.approx(max_norm, rel=1e-12)
+
+
+def test_error_stats_refuse_what_cannot_be_measured():
+    with pytest.raises(precision.Unmeasured, match="finite"):
+        precision.error_stats(torch, torch.full((4,), math.nan, dtype=torch.float64), [torch.zeros(4)])
+    with pytest.raises(precision.Unmeasured, match="all zeros"):
+        precision.error_stats(torch, torch.zeros(4, dtype=torch.float64), [torch.ones(4)])
+
+
+def test_fingerprint_finds_the_emulated_rounding_in_an_error(monkeypatch, outputs):
+    ref, _a, _b = outputs
+    ref = ref.nan_to_num()
+    g = torch.Generator().manual_seed(5)
+    rounding = 1e-3 * torch.randn(1000, generator=g, dtype=torch.float64)
+    noise = 1e-5 * torch.randn(1000, generator=g, dtype=torch.float64)
+    monkeypatch.setattr(precision, "CHUNK", 100)
+    fetches = no_per_value_transfers(monkeypatch)
+    same = precision.fingerprint(torch, ref, ref + rounding + noise, ref + rounding)
+    unrelated = precision.fingerprint(torch, ref, ref + noise, ref + rounding)
+    assert fetches == [(4,), (4,)]
+    assert same["coefficient"] == pytest.approx(1.0, abs=0.01)
+    assert same["unexplained"] == pytest.approx(0.01, rel=0.1)
+    assert abs(unrelated["coefficient"]) < 0.01
+    assert unrelated["unexplained"] > 1.0
