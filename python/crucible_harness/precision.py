@@ -49,9 +49,11 @@ SAME_COMPUTATION = 0.05
 
 class Unmeasured(Exception):
     """The measurement cannot be made; the message says why. Never the candidate's fault.
-    `errors`: the outputs' errors against float64 known before it was raised (see `measure`)."""
+    `errors`: the outputs' errors against float64 known before it was raised (see `measure`);
+    `out_of_memory`: the device ran out of memory (on a shared device, not the task's doing)."""
 
     errors = ()
+    out_of_memory = False
 
 
 def round_mantissa(torch, x, bits, mode):
@@ -196,20 +198,30 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
     made; every other exception is the caller's to turn into one too.
     """
     errors = []
-    started = time.perf_counter()
     try:
-        outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, sync)
-        elapsed = time.perf_counter() - started
-        # Each operand rounding costs about one more float64 forward.
-        forwards = len(OPERAND_ROUNDINGS)
-        if elapsed * (1 + forwards) > budget_s:
-            raise Unmeasured(
-                f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
-                f"measurement would exceed its {budget_s:.0f} s budget"
-            )
+        return measure_all(torch, model, inputs, expected, got, budget_s, sync, errors)
+    except torch.OutOfMemoryError as exc:
+        unmeasured = Unmeasured(f"the device ran out of memory: {str(exc).splitlines()[0]}")
+        unmeasured.out_of_memory = True
+        unmeasured.errors = errors
+        raise unmeasured from exc
     except Unmeasured as exc:
         exc.errors = errors
         raise
+
+
+def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
+    """`measure`, appending to `errors` as they are known."""
+    started = time.perf_counter()
+    outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, sync)
+    elapsed = time.perf_counter() - started
+    # Each operand rounding costs about one more float64 forward.
+    forwards = len(OPERAND_ROUNDINGS)
+    if elapsed * (1 + forwards) > budget_s:
+        raise Unmeasured(
+            f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
+            f"measurement would exceed its {budget_s:.0f} s budget"
+        )
     for name, emulated in emulations(torch, model, inputs, ref64, sync):
         for out in outputs:
             j = out["index"]

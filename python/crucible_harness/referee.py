@@ -294,7 +294,8 @@ class Referee:
         """The candidate's and the reference's errors against a float64 copy of the reference,
         on the trial the judge marked. Anything that prevents it (an op without float64, out of
         memory, a reference that fixes its dtype) leaves the precision unmeasured, with the
-        reason: it is neither the judge's failure nor the candidate's."""
+        reason: it is neither the judge's failure nor the candidate's. Running out of memory
+        says so (`out_of_memory`): on a device other evaluations share, the judge retries alone."""
         torch = self.torch
         kept, self.precision_trial = self.precision_trial, None
         if kept is None:
@@ -308,12 +309,17 @@ class Referee:
 
         try:
             outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync)
-            return {"outputs": outputs, "unmeasured": None, "errors": errors}
+            return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
         except precision.Unmeasured as exc:
-            return {"outputs": None, "unmeasured": str(exc), "errors": list(exc.errors)}
+            return {
+                "outputs": None,
+                "unmeasured": str(exc),
+                "errors": list(exc.errors),
+                "out_of_memory": exc.out_of_memory,
+            }
         except Exception as exc:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
-            return {"outputs": None, "unmeasured": why, "errors": []}
+            return {"outputs": None, "unmeasured": why, "errors": [], "out_of_memory": False}
         finally:
             del inputs, expected, got
             if cuda:

@@ -39,6 +39,13 @@ pub enum InfraError {
     /// A trusted harness process sent a reply that does not fit the protocol.
     #[error("the {who} broke the harness protocol: {detail}")]
     Protocol { who: &'static str, detail: String },
+    /// The referee ran out of device memory while other evaluations shared the device
+    /// (`EvalConfig::device_shared`): their allocations, not the task or the candidate, may be
+    /// why, so the measurement is retried alone rather than left undone.
+    #[error(
+        "the referee ran out of device memory in `{stage}` while other evaluations shared the device: {detail}"
+    )]
+    SharedDeviceOutOfMemory { stage: &'static str, detail: String },
     /// The caller stopped the evaluation (its task was cancelled) and killed its processes.
     #[error("the evaluation was stopped by its caller (the task was cancelled)")]
     Aborted,

@@ -181,6 +181,10 @@ pub struct EvalConfig {
     pub stage_observer: Option<Arc<dyn StageObserver>>,
     /// Lets the caller stop the evaluation and kill its processes; `None`: it runs to the end.
     pub abort: Option<Abort>,
+    /// Other evaluations share the device with this one (a service engine running several at
+    /// once): running out of device memory where that is not the candidate's doing is then an
+    /// `infra_error` the caller can retry alone, not a property of the task.
+    pub device_shared: bool,
 }
 
 impl EvalConfig {
@@ -203,6 +207,7 @@ impl EvalConfig {
             teardown: None,
             stage_observer: None,
             abort: None,
+            device_shared: false,
         }
     }
 

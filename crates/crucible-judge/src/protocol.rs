@@ -311,6 +311,10 @@ pub(crate) struct MeasurePrecisionReply {
     /// Each floating-point output's relative RMS error against float64, for as many outputs
     /// as the float64 reference got to (also when the rest is unmeasured).
     pub errors: Vec<OutputErrors>,
+    /// Unmeasured because the device ran out of memory (on a shared device, the judge retries
+    /// alone instead of leaving it unmeasured).
+    #[serde(default)]
+    pub out_of_memory: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

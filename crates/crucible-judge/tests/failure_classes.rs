@@ -139,6 +139,36 @@ fn an_output_within_atol_only_because_it_is_tiny_is_incorrect() {
     );
 }
 
+/// The same scaled softmax when the float64 copy finds no device memory. Beside other
+/// evaluations (`device_shared`, seen at 8 at once on an H200) their memory may be why, so it is
+/// the judge's `infra_error`, which the engine retries alone, never a pass; alone, the shortage
+/// is the task's size and the measurement is left undone, as the result says.
+#[test]
+fn out_of_memory_at_the_precision_stage_beside_other_evaluations_is_retried_not_passed() {
+    let mut cfg = runtime_config();
+    cfg.device_shared = true;
+    let task = "task_wide_softmax_no_float64_room.py";
+    let shared = judge_with(task, "atol_carried_softmax.py", &cfg);
+    assert_failure(&shared, Verdict::InfraError, FailureClass::InfraError);
+    let failure = shared.failure.as_ref().expect("failure");
+    assert_eq!(failure.stage, "precision");
+    assert!(
+        failure.message.contains("ran out of device memory")
+            && failure.message.contains("Tried to allocate 12.00 GiB"),
+        "{}",
+        failure.message
+    );
+    cfg.device_shared = false;
+    let alone = judge_with(task, "atol_carried_softmax.py", &cfg);
+    assert_eq!(alone.verdict, Verdict::Correct, "{:#?}", alone.failure);
+    let unmeasured = alone
+        .precision
+        .as_ref()
+        .and_then(|p| p.unmeasured.as_deref())
+        .unwrap_or("");
+    assert!(unmeasured.contains("ran out of memory"), "{unmeasured}");
+}
+
 #[test]
 fn wrong_values_are_incorrect_with_error_statistics() {
     let result = judge("wrong_relu.py");

@@ -308,21 +308,24 @@ impl Engine {
         if let Some(deadline) = job.deadline {
             cap_limits(&mut cfg.limits, deadline);
         }
-        let run = || {
+        let run = |cfg: &EvalConfig| {
             let files = (
                 (task_path.as_path(), task_src),
                 (candidate_path.as_path(), candidate_src),
             );
-            crucible_judge::evaluate_taking(&self.runtime, files, &cfg, || self.take_workers())
+            crucible_judge::evaluate_taking(&self.runtime, files, cfg, || self.take_workers())
         };
+        let shared_device = self.options.concurrency > 1;
+        cfg.device_shared = shared_device;
         let shared = self.alone.read();
-        let result = run();
+        let result = run(&cfg);
         drop(shared);
-        if self.options.concurrency > 1 && shared_device_fault(&result) && !control.is_cancelled() {
+        if shared_device && shared_device_fault(&result) && !control.is_cancelled() {
             // The engine, not the candidate, put several evaluations on one device.
             let first = result;
+            cfg.device_shared = false;
             let alone = self.alone.write();
-            let mut result = run();
+            let mut result = run(&cfg);
             drop(alone);
             note_retry(&mut result, &first);
             return result;
@@ -423,17 +426,17 @@ fn shared_device_fault(result: &EvalResult) -> bool {
 
 /// Says in the retried result why it was retried and what the first attempt got.
 fn note_retry(result: &mut EvalResult, first: &EvalResult) {
-    let stage = first
+    let (stage, message) = first
         .failure
         .as_ref()
-        .map(|f| f.stage.as_str())
-        .unwrap_or("");
+        .map(|f| (f.stage.as_str(), f.message.lines().next().unwrap_or("")))
+        .unwrap_or_default();
     result.findings.push(Finding::new(
         "retried-alone",
         Severity::Info,
         format!(
-            "{} in `{stage}` while sharing the device with other evaluations; this is the \
-             result of running it alone",
+            "{} in `{stage}` while sharing the device with other evaluations ({message}); this \
+             is the result of running it alone",
             match first.verdict {
                 Verdict::InfraError => "the judge failed",
                 _ => "ran out of memory",

@@ -267,6 +267,11 @@ fn run_batch(
     // (write), since the judge, not the candidate, put several evaluations on one device.
     let device_share = RwLock::new(());
     let concurrent = jobs > 1 && pairs.len() > 1;
+    // The first attempt knows that others share the device; the retry alone does not.
+    let shared_cfg = EvalConfig {
+        device_shared: concurrent,
+        ..cfg.clone()
+    };
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(pairs.len() as u32) {
             scope.spawn(|| {
@@ -289,7 +294,7 @@ fn run_batch(
                             .ok();
                     }
                     let (task_src, candidate_src) = &sources[index];
-                    let evaluate = |prestarted| {
+                    let evaluate = |cfg, prestarted| {
                         crucible_judge::evaluate_with(
                             runtime,
                             task,
@@ -301,12 +306,12 @@ fn run_batch(
                         )
                     };
                     let shared = device_share.read();
-                    let mut result = evaluate(current);
+                    let mut result = evaluate(&shared_cfg, current);
                     drop(shared);
                     if concurrent && oversubscribed(&result) {
                         let first = result;
                         let alone = device_share.write();
-                        result = evaluate(None);
+                        result = evaluate(cfg, None);
                         drop(alone);
                         note_retry(&mut result, &first, jobs);
                     }

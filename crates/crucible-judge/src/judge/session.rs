@@ -410,6 +410,15 @@ impl Session {
                 message,
             }));
         }
+        if measured.out_of_memory && eval.cfg.device_shared {
+            // Left unmeasured, a candidate that only atol lets through would pass because
+            // other evaluations held the memory (seen at 8 at once on an H200: both scaled
+            // 23_Softmax candidates `correct`). Alone, the same shortage is the task's size.
+            return Err(Stop::Infra(InfraError::SharedDeviceOutOfMemory {
+                stage: "precision",
+                detail: measured.unmeasured.unwrap_or_default(),
+            }));
+        }
         let measured = precision::from_reply(measured, 0);
         if let Some(finding) = precision::downgrade_finding(&measured) {
             eval.add_once(finding);
