@@ -83,7 +83,12 @@ class CompileNotes:
     """During a `run` request, tells the judge when Triton compiles (see protocol.rs, "Notes"):
     the judge lets its share of the GPU go while the compiler runs, so other evaluations' timed
     phases do not wait for it, and takes it back before it answers `compiled`, so no kernel of
-    this process runs without it. Nested and concurrent compiles make one note pair."""
+    this process runs without it. Nested and concurrent compiles make one note pair.
+
+    Compiling is `JITFunction._do_compile` and, at a compiled kernel's first launch,
+    `CompiledKernel._init_handles`: Triton builds the kernel's C launcher there with gcc (0.2 to
+    0.9 s a candidate on an H200, `scripts/probe/compile_cost.py`) and loads the module; no
+    kernel runs in either."""
 
     def __init__(self, chan):
         self.chan = chan
@@ -103,6 +108,22 @@ class CompileNotes:
                 notes.leave()
 
         jit.JITFunction._do_compile = _do_compile
+        try:
+            from triton.compiler import compiler
+        except ImportError:  # a Triton without it launches through other paths; nothing to note
+            return
+        original_init = compiler.CompiledKernel._init_handles
+
+        def _init_handles(self):
+            if self.module is not None:  # already loaded: a launch, not a build
+                return original_init(self)
+            notes.enter()
+            try:
+                return original_init(self)
+            finally:
+                notes.leave()
+
+        compiler.CompiledKernel._init_handles = _init_handles
 
     @contextlib.contextmanager
     def during(self):

@@ -450,6 +450,16 @@ fn wait_for_scratch_file(name: &str, limit: Duration) -> Option<PathBuf> {
 /// compile lasts 1.5 s; the test takes the lock exclusively during it and keeps it for 2 s.
 #[test]
 fn the_judge_lets_the_gpu_go_while_the_candidate_compiles() {
+    lets_the_gpu_go_during("compile");
+}
+
+/// The same for Triton's launcher build at a kernel's first launch (gcc, outside the compile).
+#[test]
+fn the_judge_lets_the_gpu_go_while_the_candidate_builds_a_launcher() {
+    lets_the_gpu_go_during("launcher");
+}
+
+fn lets_the_gpu_go_during(stage: &str) {
     let Some(runtime) = runtime() else { return };
     let dir = tempfile::tempdir().expect("a temp dir");
     let (probe, _events) = recorder();
@@ -469,9 +479,11 @@ fn the_judge_lets_the_gpu_go_while_the_candidate_compiles() {
         exclusive_timing: true,
     };
     let engine = engine(&runtime, options, tuning);
-    let marker = format!("compile-notes-{}", std::process::id());
+    let marker = format!("compile-notes-{stage}-{}", std::process::id());
     let mut job = job("task_relu.py", "honest_relu.py", 1);
-    job.candidate_source = fixture("compile_notes_relu.py").replace("@MARKER@", &marker);
+    job.candidate_source = fixture("compile_notes_relu.py")
+        .replace("@MARKER@", &marker)
+        .replace("@STAGE@", stage);
     let lock = engine.gpu_lock().expect("a lock");
     let (result, waited) = std::thread::scope(|scope| {
         let evaluation = scope.spawn(|| engine.evaluate(&job));
@@ -486,6 +498,6 @@ fn the_judge_lets_the_gpu_go_while_the_candidate_compiles() {
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     assert!(
         waited < Duration::from_millis(700),
-        "a timed phase waited {waited:?} for a candidate that was compiling"
+        "a timed phase waited {waited:?} for a candidate that was in its {stage} stand-in"
     );
 }
