@@ -479,6 +479,9 @@ struct Row {
     findings: Vec<String>,
     prestarted: bool,
     said_hello: bool,
+    /// Run a second time alone after a fault that sharing the device can cause (the
+    /// `retried-alone` finding): its wall holds both runs.
+    retried_alone: bool,
 }
 
 struct Measured {
@@ -770,6 +773,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         stages,
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
+        retried_alone: result.findings.iter().any(|f| f.code == "retried-alone"),
         failure: result.failure.clone(),
         findings: result
             .findings
@@ -847,9 +851,11 @@ impl Measured {
         }
         let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
         let said_hello = self.rows.iter().filter(|r| r.said_hello).count();
+        let retried = self.rows.iter().filter(|r| r.retried_alone).count();
         println!(
             "  prestarted pairs used: {prestarted}/{n} ({said_hello} had said hello when taken); \
-             reference cache: {} hits, {} measured",
+             reference cache: {} hits, {} measured; retried alone after a shared-device fault: \
+             {retried}",
             self.cache.0, self.cache.1
         );
     }
@@ -983,6 +989,7 @@ impl Measured {
                 "fixed_s": row.fixed_s,
                 "prestarted": row.prestarted,
                 "said_hello": row.said_hello,
+                "retried_alone": row.retried_alone,
                 "stages": row.stages,
                 "failure": row.failure,
                 "findings": row.findings,
@@ -1065,6 +1072,25 @@ mod tests {
             (row.overhead_outside_trials_s - 2.8).abs() < 1e-9,
             "{}",
             row.overhead_outside_trials_s
+        );
+    }
+
+    /// A result the engine ran again alone says so (its info finding), and the row counts it.
+    #[test]
+    fn a_retry_alone_is_counted_from_its_finding() {
+        let mut result = result_with_stages(&[("start", 0.5, "ok")]);
+        let seen = Seen::default();
+        assert!(!row(&result, Kind::Correct, &seen, true).retried_alone);
+        result.findings.push(crucible_result::Finding::new(
+            "retried-alone",
+            crucible_result::Severity::Info,
+            "the judge failed in `precision` while sharing the device",
+        ));
+        let row = row(&result, Kind::Correct, &seen, true);
+        assert!(row.retried_alone);
+        assert!(
+            row.findings.is_empty(),
+            "info findings stay out of the flag list"
         );
     }
 
