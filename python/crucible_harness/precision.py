@@ -120,10 +120,16 @@ def flat_pairs(torch, tensors):
 
 def error_stats(torch, ref64, others):
     """`rel_rms` and `max_norm` of each tensor in `others` against `ref64`, over the elements
-    where all of them are finite, plus that element count.
+    where all of them are finite, plus that element count (fetched from the device at once)."""
+    return error_stats_from(error_sums(torch, ref64, others).tolist(), len(others))
 
-    Sums are kept on the device across slices and fetched once (each fetch waits for every
-    other busy process's time slice on a shared GPU; see `common.compare`)."""
+
+def error_sums(torch, ref64, others):
+    """What `error_stats` derives its numbers from, left on the device as one float64 vector:
+    the element count, the reference's squared norm, each other's squared error, each other's
+    largest error. Sums are kept on the device across slices: every fetch waits for each other
+    busy process's time slice on a shared GPU (see `common.compare`), so the measurement fetches
+    as rarely as it can."""
     sums, worst = None, None
     for ref, *rest in flat_pairs(torch, [ref64, *others]):
         mask = torch.isfinite(ref)
@@ -137,9 +143,13 @@ def error_stats(torch, ref64, others):
         worst = largest if worst is None else torch.maximum(worst, largest)
     if sums is None:
         raise Unmeasured("the output has no elements")
-    fetched = torch.cat([sums, worst]).tolist()
+    return torch.cat([sums, worst])
+
+
+def error_stats_from(fetched, n_others):
+    """`error_stats` from the fetched `error_sums`."""
     count, sq_ref = int(fetched[0]), fetched[1]
-    sq, worst = fetched[2 : 2 + len(others)], fetched[2 + len(others) :]
+    sq, worst = fetched[2 : 2 + n_others], fetched[2 + n_others :]
     if count == 0:
         raise Unmeasured("no element of the output is finite in both the reference and its float64 copy")
     norm_ref = math.sqrt(sq_ref)
@@ -167,6 +177,12 @@ def fingerprint(torch, ref64, got, emulated):
     - `coefficient_noise`: its standard error, ||d_got - coefficient d_emul|| / (||d_emul|| sqrt(n-1));
     - `unexplained` = ||d_got - d_emul|| / ||d_got||.
     Values are None where undefined (no error, no emulated error)."""
+    return fingerprint_from(fingerprint_sums(torch, ref64, got, emulated).tolist())
+
+
+def fingerprint_sums(torch, ref64, got, emulated):
+    """What `fingerprint` derives its numbers from, left on the device: <d_got, d_got>,
+    <d_emul, d_emul>, <d_got, d_emul> and the element count."""
     totals = None
     for ref, x, e in flat_pairs(torch, [ref64, got, emulated]):
         mask = torch.isfinite(ref) & torch.isfinite(x) & torch.isfinite(e)
@@ -174,7 +190,12 @@ def fingerprint(torch, ref64, got, emulated):
         de = torch.where(mask, e - ref, 0.0)
         step = torch.stack([(d * d).sum(), (de * de).sum(), (d * de).sum(), mask.sum().to(torch.float64)])
         totals = step if totals is None else totals + step
-    sq_got, sq_emul, dot, count = totals.tolist() if totals is not None else [0.0, 0.0, 0.0, 0.0]
+    return totals if totals is not None else torch.zeros(4, dtype=torch.float64, device=ref64.device)
+
+
+def fingerprint_from(fetched):
+    """`fingerprint` from the fetched `fingerprint_sums`."""
+    sq_got, sq_emul, dot, count = fetched
     count = int(count)
     out = {"unexplained": None, "coefficient": None, "coefficient_noise": None}
     if sq_got > 0.0:
@@ -222,17 +243,24 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
             f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
             f"measurement would exceed its {budget_s:.0f} s budget"
         )
-    for name, emulated in emulations(torch, model, inputs, ref64, sync):
+    # Every emulation's numbers stay on the device until all are computed: one fetch in all.
+    pending = []
+    for name, emulated in emulations(torch, model, inputs, ref64):
         for out in outputs:
             j = out["index"]
-            (emul,), _ = error_stats(torch, ref64[j], [emulated[j]])
+            sums = [
+                error_sums(torch, ref64[j], [emulated[j]]),
+                fingerprint_sums(torch, ref64[j], got[j], emulated[j]),
+                fingerprint_sums(torch, ref64[j], expected[j], emulated[j]),
+            ]
+            pending.append((out, name, sums))
+    if pending:
+        fetched = iter(torch.cat([t for _out, _name, sums in pending for t in sums]).tolist())
+        for out, name, _sums in pending:
+            (emul,), _ = error_stats_from([next(fetched) for _ in range(4)], 1)
+            candidate, reference = (fingerprint_from([next(fetched) for _ in range(4)]) for _ in range(2))
             out["emulations"].append(
-                {
-                    "name": name,
-                    "rel_rms": emul["rel_rms"],
-                    "candidate": fingerprint(torch, ref64[j], got[j], emulated[j]),
-                    "reference": fingerprint(torch, ref64[j], expected[j], emulated[j]),
-                }
+                {"name": name, "rel_rms": emul["rel_rms"], "candidate": candidate, "reference": reference}
             )
     return outputs, errors
 

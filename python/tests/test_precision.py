@@ -64,3 +64,38 @@ def test_fingerprint_finds_the_emulated_rounding_in_an_error(monkeypatch, output
     assert same["unexplained"] == pytest.approx(0.01, rel=0.1)
     assert abs(unrelated["coefficient"]) < 0.01
     assert unrelated["unexplained"] > 1.0
+
+
+class _Matmul(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def test_a_whole_measurement_fetches_twice_and_matches_the_measures_one_by_one(monkeypatch):
+    """The float64 errors once (they decide whether the rest is measured), then every emulation's
+    statistics at once; the numbers are those of the measures taken one at a time."""
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(64, 96, generator=g), torch.randn(96, 48, generator=g)]
+    model = _Matmul()
+    expected = [model(*inputs)]
+    got = [
+        precision.round_mantissa(torch, inputs[0], 10, "nearest")
+        @ precision.round_mantissa(torch, inputs[1], 10, "nearest")
+    ]
+    ref64 = precision.run_float64(torch, model, inputs)
+    one_by_one = {
+        name: (
+            precision.error_stats(torch, ref64[0], [emulated[0]])[0][0]["rel_rms"],
+            precision.fingerprint(torch, ref64[0], got[0], emulated[0]),
+            precision.fingerprint(torch, ref64[0], expected[0], emulated[0]),
+        )
+        for name, emulated in precision.emulations(torch, model, inputs, ref64)
+    }
+    fetches = no_per_value_transfers(monkeypatch)
+    outputs, errors = precision.measure(torch, model, inputs, expected, got, budget_s=60)
+    assert len(fetches) == 2, fetches
+    assert [e["index"] for e in errors] == [0]
+    measured = {e["name"]: (e["rel_rms"], e["candidate"], e["reference"]) for e in outputs[0]["emulations"]}
+    assert measured == one_by_one
+    # An fp16-rounded product: its error is the rn10 rounding's.
+    assert measured["rn10"][1]["coefficient"] == pytest.approx(1.0, abs=0.05)
