@@ -450,11 +450,28 @@ struct Seen {
     /// Time the correctness trials held a share of the GPU (the referee's prepare and check,
     /// the candidate's forward; not its compiles, during which the share is let go).
     trial_share_s: f64,
+    /// The first trial's part of it: the candidate's first launches and autotuning runs
+    /// (Triton benchmarks every config on the GPU), which the later trials do not repeat.
+    first_trial_share_s: f64,
     /// Reference-cache lookups in order: the plain reference, then the matched class.
     cache_hits: Vec<bool>,
     prestarted: bool,
     /// The prestarted pair had said hello when taken (no start-up to wait for).
     said_hello: bool,
+}
+
+impl Seen {
+    /// A share of the GPU held for `held_s` during `stage` (counted only in the trials).
+    fn add_share(&mut self, stage: Option<&str>, held_s: f64) {
+        match stage {
+            Some("trial_0") => {
+                self.trial_share_s += held_s;
+                self.first_trial_share_s += held_s;
+            }
+            Some(stage) if stage.starts_with("trial_") => self.trial_share_s += held_s,
+            _ => {}
+        }
+    }
 }
 
 struct Row {
@@ -466,6 +483,7 @@ struct Row {
     lock_wait_s: f64,
     /// The correctness trials' time under a GPU share, and waiting for one.
     trial_share_s: f64,
+    first_trial_share_s: f64,
     trial_lock_wait_s: f64,
     overhead_s: f64,
     overhead_outside_trials_s: f64,
@@ -594,9 +612,7 @@ fn run_mode(
                     }
                 }
                 EngineEvent::UntimedGpuWork { entered, left } => {
-                    if current_trial().is_some() {
-                        job.trial_share_s += (left - entered).as_secs_f64();
-                    }
+                    job.add_share(current_trial().as_deref(), (left - entered).as_secs_f64());
                     if let Ok(mut untimed) = untimed.lock() {
                         untimed.push((entered, left));
                     }
@@ -767,6 +783,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         gpu_s,
         lock_wait_s: seen.lock_wait_s,
         trial_share_s: seen.trial_share_s,
+        first_trial_share_s: seen.first_trial_share_s,
         trial_lock_wait_s: seen.trial_lock_wait_s.values().sum(),
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         overhead_outside_trials_s: result.wall_s - trials_s - gpu_s - outside_trials_lock_wait_s,
@@ -896,6 +913,10 @@ impl Measured {
             ("GPU-lock wait", column(&|r| r.lock_wait_s)),
             ("trials: under a GPU share", column(&|r| r.trial_share_s)),
             (
+                "  of which the first (autotuning, first launches)",
+                column(&|r| r.first_trial_share_s),
+            ),
+            (
                 "trials: waiting for a share",
                 column(&|r| r.trial_lock_wait_s),
             ),
@@ -983,6 +1004,7 @@ impl Measured {
                 "gpu_s": row.gpu_s,
                 "lock_wait_s": row.lock_wait_s,
                 "trial_share_s": row.trial_share_s,
+                "first_trial_share_s": row.first_trial_share_s,
                 "trial_lock_wait_s": row.trial_lock_wait_s,
                 "overhead_s": row.overhead_s,
                 "overhead_outside_trials_s": row.overhead_outside_trials_s,
@@ -1073,6 +1095,23 @@ mod tests {
             "{}",
             row.overhead_outside_trials_s
         );
+    }
+
+    /// Shares held in the first trial count twice: in the trials' sum and on their own.
+    #[test]
+    fn the_first_trials_share_is_counted_apart() {
+        let mut seen = Seen::default();
+        seen.add_share(Some("trial_0"), 2.0);
+        seen.add_share(Some("trial_3"), 0.5);
+        seen.add_share(Some("precision"), 4.0);
+        seen.add_share(None, 1.0);
+        let row = row(
+            &result_with_stages(&[("trial_0", 3.0, "ok")]),
+            Kind::Correct,
+            &seen,
+            true,
+        );
+        assert_eq!((row.trial_share_s, row.first_trial_share_s), (2.5, 2.0));
     }
 
     /// A result the engine ran again alone says so (its info finding), and the row counts it.
