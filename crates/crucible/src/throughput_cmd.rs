@@ -913,7 +913,7 @@ impl Measured {
             ("GPU-lock wait", column(&|r| r.lock_wait_s)),
             ("trials: under a GPU share", column(&|r| r.trial_share_s)),
             (
-                "  of which the first (autotuning, first launches)",
+                "  of which trial 0 (autotuning, first launches)",
                 column(&|r| r.first_trial_share_s),
             ),
             (
