@@ -88,6 +88,9 @@ pub struct Tuning {
     /// How much lower than the judge's the CPU priority of pairs waiting in the pool is
     /// (default [`POOL_NICE`]; 0 keeps the judge's).
     pub pool_nice: Option<i32>,
+    /// At most this many evaluations' untimed GPU work (trials, building models, the precision
+    /// measurement) at once on the GPU; the rest wait (`None`: no limit). Needs the GPU lock.
+    pub gpu_slots: Option<usize>,
     /// Prestarted candidate processes do not start the profiler ahead (it then costs the
     /// profile stage ~4 s on an H200, but no CPU for candidates that are never profiled).
     pub cold_profiler: bool,
@@ -398,7 +401,9 @@ fn gpu_lock(
         what: "opening the GPU lock file",
         source,
     })?;
-    Ok(Some(Arc::new(lock)))
+    Ok(Some(Arc::new(
+        lock.with_slots(tuning.gpu_slots.unwrap_or(0)),
+    )))
 }
 
 /// No candidate stage may run past the deadline (but each gets a moment, so a deadline that is

@@ -61,6 +61,11 @@ pub struct WorkerTuning {
     /// contexts on its GPU.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pool_depth: Option<u32>,
+    /// At most this many evaluations' untimed GPU work (trials, building models, the precision
+    /// measurement) at once per GPU; the rest wait (default: no limit). Each process with work
+    /// on a GPU lengthens every other one's waits for results (time slicing).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    gpu_slots: Option<u32>,
     /// Seconds a claim holds before a silent worker's task is given to another.
     #[arg(long, default_value_t = 60.0)]
     lease_secs: f64,
@@ -129,6 +134,7 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     let tuning = Tuning {
         pool_depth: args.tuning.pool_depth.map(|n| n as usize),
+        gpu_slots: args.tuning.gpu_slots.map(|n| n as usize),
         // The engine's own default, with the layers asked for.
         base: args.tuning.gpu.gpu_sandbox.is_some().then(|| {
             let mut base = EvalConfig::new(device);
@@ -423,6 +429,9 @@ fn worker_command(exe: &std::path::Path, slot: &Slot) -> Command {
     }
     if let Some(n) = slot.tuning.pool_depth {
         cmd.arg("--pool-depth").arg(n.to_string());
+    }
+    if let Some(n) = slot.tuning.gpu_slots {
+        cmd.arg("--gpu-slots").arg(n.to_string());
     }
     if let Some(layers) = slot.tuning.gpu.gpu_sandbox {
         cmd.arg("--gpu-sandbox").arg(layers.names());

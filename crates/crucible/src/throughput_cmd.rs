@@ -91,6 +91,10 @@ pub struct ThroughputArgs {
     /// pairs is (default: the engine's own, 10; 0 gives them the judge's).
     #[arg(long, allow_hyphen_values = true)]
     pool_nice: Option<i32>,
+    /// At most this many ON evaluations' untimed GPU work (trials, building models, the
+    /// precision measurement) at once; the rest wait (default: no limit).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    gpu_slots: Option<u32>,
     /// Timed iterations per side (and warm-up iterations before them).
     #[arg(long, default_value_t = 30)]
     iters: u32,
@@ -214,8 +218,11 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
             let depth = args
                 .pool_depth
                 .map_or_else(|| "the engine's".to_string(), |n| n.to_string());
+            let slots = args
+                .gpu_slots
+                .map_or_else(|| "no limit".to_string(), |n| n.to_string());
             println!(
-                "  {} evaluations at once, pool depth {depth}",
+                "  {} evaluations at once, pool depth {depth}, GPU slots {slots}",
                 args.concurrency.max(1)
             );
         }
@@ -226,7 +233,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let measured = run_mode(&runtime, &args, &base, on, chosen)?;
-        measured.print(args.device);
+        measured.print();
         if let Some(file) = json.as_mut() {
             measured.write_json(name, chosen, file)?;
         }
@@ -516,6 +523,46 @@ struct Measured {
     cpu: Option<CpuUse>,
 }
 
+/// How many intervals were open at once: what the GPU's time slicing depends on (every process
+/// with work on the GPU lengthens the others' waits for their results).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Occupancy {
+    /// Seconds during which at least one was open.
+    held_s: f64,
+    /// The time-weighted mean number open, over `held_s`.
+    mean_while_held: f64,
+    most: usize,
+}
+
+impl Occupancy {
+    /// `None` for no intervals (or none of positive length).
+    fn of(intervals: &[(Instant, Instant)]) -> Option<Occupancy> {
+        // +1 at each start, -1 at each end; ends sort before starts at the same instant.
+        let mut edges: Vec<(Instant, i64)> = intervals
+            .iter()
+            .filter(|(a, b)| a < b)
+            .flat_map(|&(a, b)| [(a, 1), (b, -1)])
+            .collect();
+        edges.sort();
+        let (mut open, mut most, mut held_s, mut weighted) = (0i64, 0i64, 0.0, 0.0);
+        for pair in edges.windows(2) {
+            let ((at, step), (next, _)) = (pair[0], pair[1]);
+            open += step;
+            most = most.max(open);
+            let span = (next - at).as_secs_f64();
+            if open > 0 {
+                held_s += span;
+                weighted += span * open as f64;
+            }
+        }
+        (held_s > 0.0).then(|| Occupancy {
+            held_s,
+            mean_while_held: weighted / held_s,
+            most: most as usize,
+        })
+    }
+}
+
 /// Machine-wide CPU time between two readings of /proc/stat: whether the batch was CPU-bound.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct CpuUse {
@@ -635,6 +682,7 @@ fn run_mode(
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,
+        gpu_slots: args.gpu_slots.map(|n| n as usize),
         ..Tuning::default()
     };
     let created = Instant::now();
@@ -827,7 +875,7 @@ impl Measured {
         self.rows.len() as f64 / self.batch_s * 3600.0
     }
 
-    fn print(&self, device: Device) {
+    fn print(&self) {
         let n = self.rows.len();
         println!(
             "  engine start-up (device probe, pool filled; once per worker, not in the rate): \
@@ -848,9 +896,8 @@ impl Measured {
         self.print_machine();
         self.print_stages();
         self.print_overhead();
-        if device.is_gpu() {
-            self.print_gpu_lock();
-        }
+        // Also on the CPU with `--lock-file` (the lock's own behaviour, without a GPU).
+        self.print_gpu_lock();
     }
 
     /// The machine's CPU use, the pool's and the reference cache's part.
@@ -982,6 +1029,13 @@ impl Measured {
                  untimed GPU work: {} shares, {beside_timed} during a timed phase",
                 intervals.len(),
                 self.untimed.len()
+            );
+        }
+        if let Some(at_once) = Occupancy::of(&self.untimed) {
+            println!(
+                "  untimed GPU work at once (shares held): {:.2} on average while any was held, \
+                 {} at most; some held for {:.1} s of the {:.1} s batch",
+                at_once.mean_while_held, at_once.most, at_once.held_s, self.batch_s
             );
         }
     }
@@ -1153,6 +1207,27 @@ mod tests {
             "{}",
             row.overhead_outside_trials_s
         );
+    }
+
+    #[test]
+    fn occupancy_weighs_how_many_were_open_by_how_long() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        // 0-100 one open, 100-200 two, 200-300 one, 300-400 none, 400-500 one (touching ends
+        // at 500 do not overlap the next start).
+        let intervals = [
+            (at(0), at(200)),
+            (at(100), at(300)),
+            (at(400), at(500)),
+            (at(500), at(600)),
+        ];
+        let o = Occupancy::of(&intervals).expect("some held");
+        assert!((o.held_s - 0.5).abs() < 1e-9, "{o:?}");
+        // (100*1 + 100*2 + 100*1 + 100*1 + 100*1) / 500
+        assert!((o.mean_while_held - 1.2).abs() < 1e-9, "{o:?}");
+        assert_eq!(o.most, 2);
+        assert_eq!(Occupancy::of(&[]), None);
+        assert_eq!(Occupancy::of(&[(at(5), at(5))]), None);
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! good: a second file is the turnstile. A timed phase holds the turnstile exclusively while it
 //! waits for the GPU; untimed work passes through the turnstile (a shared lock, dropped at once)
 //! before it asks for its share, so none starts while a timed phase waits.
+//!
+//! Optionally, at most N shares at once (`slots`): N more files, each locked exclusively by one
+//! share, taken before the turnstile. Every process with work on a GPU makes every other one's
+//! waits for a result longer (the GPU time-slices between contexts, 2 to 3 ms per busy process
+//! on an H200, `scripts/probe/sync_latency.py`), so fewer at once can finish sooner in all.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -24,6 +29,8 @@ use super::probe::{EngineEvent, Probe};
 pub struct GpuLock {
     path: PathBuf,
     probe: Option<Probe>,
+    /// At most this many shares at once (0: no limit).
+    slots: usize,
 }
 
 impl std::fmt::Debug for GpuLock {
@@ -41,7 +48,18 @@ impl GpuLock {
             std::fs::create_dir_all(dir)?;
         }
         open(&path)?;
-        Ok(GpuLock { path, probe })
+        Ok(GpuLock {
+            path,
+            probe,
+            slots: 0,
+        })
+    }
+
+    /// At most `slots` shares at once, across every thread and process that uses the same
+    /// setting on this lock (0: no limit).
+    pub fn with_slots(mut self, slots: usize) -> GpuLock {
+        self.slots = slots;
+        self
     }
 
     /// The lock file for a GPU, keyed by its UUID (else its PCI bus id), under `dir`.
@@ -74,6 +92,15 @@ impl GpuLock {
     /// beside other untimed work, until the guard drops.
     pub fn share(&self) -> Held {
         let asked = Instant::now();
+        // The slot first: a share waiting for one holds nothing a timed phase waits for.
+        let slot = self.slot().unwrap_or_else(|error| {
+            // Costs only the limit, never the exclusion of timed phases.
+            tracing::warn!(
+                "cannot take a GPU slot beside {} ({error})",
+                self.path.display()
+            );
+            None
+        });
         let file = self.turnstile().and_then(|turnstile| {
             turnstile.lock_shared()?;
             drop(turnstile);
@@ -81,7 +108,30 @@ impl GpuLock {
             file.lock_shared()?;
             Ok(file)
         });
-        self.held(file, asked, Mode::Shared)
+        let mut held = self.held(file, asked, Mode::Shared);
+        held.slot = slot;
+        held
+    }
+
+    /// One of the slots, locked (`None` without a limit). Polled: `flock` has no way to wait
+    /// for the first of several files.
+    fn slot(&self) -> std::io::Result<Option<File>> {
+        if self.slots == 0 {
+            return Ok(None);
+        }
+        let mut files = (0..self.slots)
+            .map(|i| open(&self.path.with_extension(format!("slot-{i}"))))
+            .collect::<std::io::Result<Vec<File>>>()?;
+        loop {
+            for i in 0..files.len() {
+                match files[i].try_lock() {
+                    Ok(()) => return Ok(Some(files.swap_remove(i))),
+                    Err(std::fs::TryLockError::WouldBlock) => {}
+                    Err(std::fs::TryLockError::Error(error)) => return Err(error),
+                }
+            }
+            std::thread::sleep(SLOT_POLL);
+        }
     }
 
     fn turnstile(&self) -> std::io::Result<File> {
@@ -106,6 +156,7 @@ impl GpuLock {
         }
         Held {
             file,
+            slot: None,
             entered,
             mode,
             probe: self.probe.clone(),
@@ -122,6 +173,9 @@ pub enum Mode {
     Shared,
 }
 
+/// How often a share waiting for a slot looks again: small beside a trial's forward.
+const SLOT_POLL: Duration = Duration::from_millis(2);
+
 fn open(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .create(true)
@@ -133,6 +187,8 @@ fn open(path: &Path) -> std::io::Result<File> {
 /// The GPU, held; dropping it lets the next one in.
 pub struct Held {
     file: Option<File>,
+    /// The slot this share holds, where shares are limited.
+    slot: Option<File>,
     entered: Instant,
     mode: Mode,
     probe: Option<Probe>,
@@ -156,6 +212,10 @@ impl Drop for Held {
         }
         if let Some(file) = self.file.take() {
             let _ = file.unlock();
+        }
+        // After the GPU itself: the next share in finds it free.
+        if let Some(slot) = self.slot.take() {
+            let _ = slot.unlock();
         }
     }
 }
@@ -183,6 +243,10 @@ mod tests {
     type Intervals = Arc<Mutex<Vec<(Mode, Instant, Instant)>>>;
 
     fn lock_with_log(dir: &Path) -> (Arc<GpuLock>, Intervals) {
+        lock_with_slots(dir, 0)
+    }
+
+    fn lock_with_slots(dir: &Path, slots: usize) -> (Arc<GpuLock>, Intervals) {
         let log: Intervals = Arc::default();
         let probe: Probe = {
             let log = Arc::clone(&log);
@@ -195,7 +259,9 @@ mod tests {
                 log.lock().expect("log").push(entry);
             })
         };
-        let lock = GpuLock::new(dir.join("gpu-test.lock"), Some(probe)).expect("lock file");
+        let lock = GpuLock::new(dir.join("gpu-test.lock"), Some(probe))
+            .expect("lock file")
+            .with_slots(slots);
         (Arc::new(lock), log)
     }
 
@@ -265,5 +331,52 @@ mod tests {
         let order: Vec<Mode> = log.iter().map(|(mode, ..)| *mode).collect();
         // Reported on release: the first share, the timed phase, then the later share.
         assert_eq!(order, [Mode::Shared, Mode::Exclusive, Mode::Shared]);
+    }
+
+    #[test]
+    fn slots_bound_the_shares_at_once_and_timed_phases_stay_alone() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, log) = lock_with_slots(dir.path(), 2);
+        // A second lock on the same files, as another worker process would open them.
+        let (other, other_log) = lock_with_slots(dir.path(), 2);
+        std::thread::scope(|scope| {
+            for worker in 0..6 {
+                let lock = Arc::clone(if worker % 2 == 0 { &lock } else { &other });
+                scope.spawn(move || {
+                    for round in 0..4 {
+                        let held = if (worker + round) % 4 == 0 {
+                            lock.acquire()
+                        } else {
+                            lock.share()
+                        };
+                        std::thread::sleep(Duration::from_millis(15));
+                        drop(held);
+                    }
+                });
+            }
+        });
+        let mut all = log.lock().expect("log").clone();
+        all.extend(other_log.lock().expect("log").iter().copied());
+        assert_eq!(all.len(), 24);
+        for t in all.iter().filter(|(mode, ..)| *mode == Mode::Exclusive) {
+            let beside = all.iter().filter(|o| *o != t && overlap(t, o)).count();
+            assert_eq!(beside, 0, "a timed phase ran beside other work");
+        }
+        // The most shares held at any moment: at every share's start, how many others overlap it.
+        let untimed: Vec<_> = all
+            .iter()
+            .filter(|(mode, ..)| *mode == Mode::Shared)
+            .collect();
+        let most = untimed
+            .iter()
+            .map(|(_, start, _)| {
+                untimed
+                    .iter()
+                    .filter(|(_, a, b)| a <= start && start < b)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert_eq!(most, 2, "shares at once");
     }
 }
