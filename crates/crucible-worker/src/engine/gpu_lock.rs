@@ -114,7 +114,11 @@ impl GpuLock {
     }
 
     /// One of the slots, locked (`None` without a limit). Polled: `flock` has no way to wait
-    /// for the first of several files.
+    /// for the first of several files. Not fair: an evaluation that gives its slot back and
+    /// asks again at once (a trial's prepare, forward, check) usually gets it back before a
+    /// waiter looks again, so an evaluation tends to keep its slot through its GPU work and
+    /// loses it while it compiles (the share is let go then); waiters get slots in no set
+    /// order.
     fn slot(&self) -> std::io::Result<Option<File>> {
         if self.slots == 0 {
             return Ok(None);
