@@ -137,13 +137,24 @@ def error_sums(torch, ref64, others):
             mask &= torch.isfinite(x)
         ref = torch.where(mask, ref, 0.0)
         diffs = [torch.where(mask, x - ref, 0.0) for x in rest]
-        step = torch.stack([mask.sum().to(torch.float64), (ref * ref).sum(), *[(d * d).sum() for d in diffs]])
-        largest = torch.stack([d.abs().max() for d in diffs])
-        sums = step if sums is None else sums + step
+        step = torch.stack([mask.sum().to(torch.float64), square(torch, ref), *[square(torch, d) for d in diffs]])
+        largest = torch.stack([largest_abs(torch, d) for d in diffs])
+        sums = accumulate(sums, step)
         worst = largest if worst is None else torch.maximum(worst, largest)
     if sums is None:
         raise Unmeasured("the output has no elements")
     return torch.cat([sums, worst])
+
+
+def square(torch, x):
+    """<x, x> of a flat float64 slice, in one kernel and no temporary (the statistics pass over
+    outputs of up to 1.6e9 elements several times: each full-size temporary is a pass more)."""
+    return torch.dot(x, x)
+
+
+def largest_abs(torch, x):
+    """max |x| of a flat slice, in one kernel."""
+    return torch.linalg.vector_norm(x, math.inf)
 
 
 def error_stats_from(fetched, n_others):
@@ -188,9 +199,41 @@ def fingerprint_sums(torch, ref64, got, emulated):
         mask = torch.isfinite(ref) & torch.isfinite(x) & torch.isfinite(e)
         d = torch.where(mask, x - ref, 0.0)
         de = torch.where(mask, e - ref, 0.0)
-        step = torch.stack([(d * d).sum(), (de * de).sum(), (d * de).sum(), mask.sum().to(torch.float64)])
-        totals = step if totals is None else totals + step
+        totals = accumulate(totals, fingerprint_step(torch, d, de, mask))
     return totals if totals is not None else torch.zeros(4, dtype=torch.float64, device=ref64.device)
+
+
+def fingerprint_step(torch, d, de, mask):
+    """One slice's part of `fingerprint_sums`."""
+    return torch.stack([square(torch, d), square(torch, de), torch.dot(d, de), mask.sum().to(torch.float64)])
+
+
+def accumulate(totals, step):
+    return step if totals is None else totals + step
+
+
+def emulation_sums(torch, ref64, got, expected, emulated):
+    """`error_sums(ref64, [emulated])`, `fingerprint_sums(ref64, got, emulated)` and
+    `fingerprint_sums(ref64, expected, emulated)` concatenated, the same numbers, in one pass
+    over the slices: each element is converted, tested for finiteness and subtracted from the
+    reference once instead of once per measure."""
+    error, worst, fingerprints = None, None, [None, None]
+    for ref, e, *others in flat_pairs(torch, [ref64, emulated, got, expected]):
+        mask = torch.isfinite(ref) & torch.isfinite(e)
+        kept = torch.where(mask, ref, 0.0)
+        de = torch.where(mask, e - ref, 0.0)
+        error = accumulate(error, torch.stack([mask.sum().to(torch.float64), square(torch, kept), square(torch, de)]))
+        largest = largest_abs(torch, de).reshape(1)
+        worst = largest if worst is None else torch.maximum(worst, largest)
+        for k, other in enumerate(others):
+            within = mask & torch.isfinite(other)
+            d = torch.where(within, other - ref, 0.0)
+            fingerprints[k] = accumulate(
+                fingerprints[k], fingerprint_step(torch, d, torch.where(within, de, 0.0), within)
+            )
+    if error is None:
+        raise Unmeasured("the output has no elements")
+    return torch.cat([error, worst, *fingerprints])
 
 
 def fingerprint_from(fetched):
@@ -248,11 +291,7 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
     for name, emulated in emulations(torch, model, inputs, ref64):
         for out in outputs:
             j = out["index"]
-            sums = [
-                error_sums(torch, ref64[j], [emulated[j]]),
-                fingerprint_sums(torch, ref64[j], got[j], emulated[j]),
-                fingerprint_sums(torch, ref64[j], expected[j], emulated[j]),
-            ]
+            sums = [emulation_sums(torch, ref64[j], got[j], expected[j], emulated[j])]
             pending.append((out, name, sums))
     if pending:
         fetched = iter(torch.cat([t for _out, _name, sums in pending for t in sums]).tolist())

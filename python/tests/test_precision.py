@@ -66,6 +66,36 @@ def test_fingerprint_finds_the_emulated_rounding_in_an_error(monkeypatch, output
     assert unrelated["unexplained"] > 1.0
 
 
+def test_emulation_sums_are_the_three_measures_in_one_pass(monkeypatch):
+    """Bit for bit what the measures give one at a time, over slices, with non-finite elements
+    in each of the four tensors at different places (each measure leaves out its own)."""
+    g = torch.Generator().manual_seed(7)
+    ref = torch.randn(1000, generator=g, dtype=torch.float64)
+    emulated = ref + 1e-3 * torch.randn(1000, generator=g, dtype=torch.float64)
+    got = (ref + 1e-3 * torch.randn(1000, generator=g, dtype=torch.float64)).float()
+    expected = (ref + 1e-6 * torch.randn(1000, generator=g, dtype=torch.float64)).float()
+    ref[3], emulated[40], got[500], expected[777], got[900], expected[900] = (
+        math.nan,
+        math.inf,
+        math.nan,
+        -math.inf,
+        math.inf,
+        math.nan,
+    )
+    monkeypatch.setattr(precision, "CHUNK", 64)
+    fused = precision.emulation_sums(torch, ref, got, expected, emulated).tolist()
+    apart = torch.cat(
+        [
+            precision.error_sums(torch, ref, [emulated]),
+            precision.fingerprint_sums(torch, ref, got, emulated),
+            precision.fingerprint_sums(torch, ref, expected, emulated),
+        ]
+    ).tolist()
+    assert fused == apart
+    # The counts: each measure's own finite elements.
+    assert (fused[0], fused[7], fused[11]) == (998, 996, 996)
+
+
 class _Matmul(torch.nn.Module):
     def forward(self, a, b):
         return a @ b

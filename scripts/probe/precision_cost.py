@@ -1,0 +1,147 @@
+"""Where the precision measurement's time goes (the referee's `precision` stage): the float64
+forwards (the reference's copy and one per operand rounding), the operand roundings, and the
+statistics over the outputs (error sums and fingerprints, in slices of `CHUNK` elements).
+
+Usage: PYTHONPATH=python precision_cost.py TASK.py [--device cuda] [--shrink N] [--repeat R].
+`--shrink N` divides the first dimension of every input by N (a KernelBench level-1 softmax is
+4096 x 393216: 1.6e9 elements; on a CPU shrink it). The candidate's output is the reference's,
+rounded to bf16 (a precision downgrade, so every statistic has an error to measure). Prints one
+JSON line per repeat: wall seconds of the whole measurement and of each instrumented part (the
+device synchronised around each call, so the parts add up to the wall). `--compare` instead
+times, alternately in the same process, one emulation's statistics as three separate measures
+(`error_sums`, two `fingerprint_sums`) and as `emulation_sums` (one pass), and prints the ratio.
+"""
+
+import argparse
+import importlib.util
+import json
+import time
+from collections import defaultdict
+
+import torch
+
+from crucible_harness import precision
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location("task", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def instrument(device, parts):
+    """Wraps the measurement's parts so each call's wall (device synchronised) is summed."""
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def wrap(name, fn):
+        def timed(*args, **kwargs):
+            sync()
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            sync()
+            parts[name] += time.perf_counter() - t
+            return out
+
+        return timed
+
+    for name in ("run_float64", "round_output", "error_sums", "fingerprint_sums", "emulation_sums"):
+        setattr(precision, name, wrap(name, getattr(precision, name)))
+    return sync
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("task")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--shrink", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--compare", action="store_true")
+    args = parser.parse_args()
+    task = load(args.task)
+    torch.manual_seed(0)
+    with torch.device(args.device):
+        model = task.Model(*task.get_init_inputs())
+        inputs = [
+            x[: max(1, x.shape[0] // args.shrink)].contiguous() if isinstance(x, torch.Tensor) and x.dim() else x
+            for x in task.get_inputs()
+        ]
+    inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    model = model.to(args.device)
+    with torch.no_grad():
+        expected = [model(*inputs)]
+    got = [e.to(torch.bfloat16).to(e.dtype) for e in expected]
+    if args.compare:
+        compare(args, model, inputs, expected, got)
+        return
+    parts = defaultdict(float)
+    sync = instrument(args.device, parts)
+    for repeat in range(args.repeat):
+        parts.clear()
+        sync()
+        started = time.perf_counter()
+        outputs, _errors = precision.measure(torch, model, inputs, expected, got, budget_s=1e9, sync=sync)
+        sync()
+        wall = time.perf_counter() - started
+        line = {
+            "task": args.task.rsplit("/", 1)[-1],
+            "device": args.device,
+            "repeat": repeat,
+            "elements": expected[0].numel(),
+            "wall_s": round(wall, 4),
+            **{k: round(v, 4) for k, v in sorted(parts.items())},
+            "other_s": round(wall - sum(parts.values()), 4),
+            "emulations": len(outputs[0]["emulations"]),
+        }
+        print(json.dumps(line), flush=True)
+
+
+def compare(args, model, inputs, expected, got):
+    """Three separate passes against one, alternately, on the rn10 emulation of output 0."""
+
+    def sync():
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    ref64 = precision.run_float64(torch, model, inputs)[0]
+    emulated = precision.run_float64(torch, model, inputs, 10, "nearest")[0]
+    ways = {
+        "separate": lambda: torch.cat(
+            [
+                precision.error_sums(torch, ref64, [emulated]),
+                precision.fingerprint_sums(torch, ref64, got[0], emulated),
+                precision.fingerprint_sums(torch, ref64, expected[0], emulated),
+            ]
+        ),
+        "one_pass": lambda: precision.emulation_sums(torch, ref64, got[0], expected[0], emulated),
+    }
+    times = defaultdict(list)
+    values = {}
+    for _ in range(args.repeat):
+        for name, way in ways.items():
+            sync()
+            t = time.perf_counter()
+            values[name] = way().tolist()
+            times[name].append(time.perf_counter() - t)
+    median = {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    print(
+        json.dumps(
+            {
+                "task": args.task.rsplit("/", 1)[-1],
+                "device": args.device,
+                "elements": expected[0].numel(),
+                "repeats": args.repeat,
+                **{f"{name}_s": round(m, 4) for name, m in median.items()},
+                "separate_over_one_pass": round(median["separate"] / median["one_pass"], 2),
+                "same_numbers": values["separate"] == values["one_pass"],
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
