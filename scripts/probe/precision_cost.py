@@ -4,7 +4,8 @@ statistics over the outputs (error sums and fingerprints, in slices of `CHUNK` e
 
 Usage: PYTHONPATH=python precision_cost.py TASK.py [--device cuda] [--shrink N] [--repeat R].
 `--shrink N` divides the first dimension of every input by N (a KernelBench level-1 softmax is
-4096 x 393216: 1.6e9 elements; on a CPU shrink it). The candidate's output is the reference's,
+4096 x 393216: 1.6e9 elements; on a CPU shrink it; only for tasks whose first dimensions are
+independent rows, not a matmul's operands). The candidate's output is the reference's,
 rounded to bf16 (a precision downgrade, so every statistic has an error to measure). Prints one
 JSON line per repeat: wall seconds of the whole measurement and of each instrumented part (the
 device synchronised around each call, so the parts add up to the wall). `--compare` instead
