@@ -212,28 +212,35 @@ def accumulate(totals, step):
     return step if totals is None else totals + step
 
 
-def emulation_sums(torch, ref64, got, expected, emulated):
-    """`error_sums(ref64, [emulated])`, `fingerprint_sums(ref64, got, emulated)` and
-    `fingerprint_sums(ref64, expected, emulated)` concatenated, the same numbers, in one pass
-    over the slices: each element is converted, tested for finiteness and subtracted from the
-    reference once instead of once per measure."""
-    error, worst, fingerprints = None, None, [None, None]
-    for ref, e, *others in flat_pairs(torch, [ref64, emulated, got, expected]):
-        mask = torch.isfinite(ref) & torch.isfinite(e)
-        kept = torch.where(mask, ref, 0.0)
-        de = torch.where(mask, e - ref, 0.0)
-        error = accumulate(error, torch.stack([mask.sum().to(torch.float64), square(torch, kept), square(torch, de)]))
-        largest = largest_abs(torch, de).reshape(1)
-        worst = largest if worst is None else torch.maximum(worst, largest)
-        for k, other in enumerate(others):
-            within = mask & torch.isfinite(other)
-            d = torch.where(within, other - ref, 0.0)
-            fingerprints[k] = accumulate(
-                fingerprints[k], fingerprint_step(torch, d, torch.where(within, de, 0.0), within)
+def emulation_sums(torch, ref64, got, expected, source, derived=(("", None),)):
+    """For each emulation in `derived` (`(name, bits)`: `source` itself when `bits` is None, else
+    `source` rounded to `bits`), `error_sums(ref64, [emulated])`,
+    `fingerprint_sums(ref64, got, emulated)` and `fingerprint_sums(ref64, expected, emulated)`
+    concatenated, the same numbers, in one walk over the slices: each element of `got` and
+    `expected` is converted, tested for finiteness and subtracted from the reference once for
+    all of them, and a rounded emulation exists only one slice at a time."""
+    sums = [[None, None, None, None] for _ in derived]
+    for ref, src, *others in flat_pairs(torch, [ref64, source, got, expected]):
+        finite_ref = torch.isfinite(ref)
+        finite = [torch.isfinite(x) for x in others]
+        diffs = [x - ref for x in others]
+        for (_name, bits), acc in zip(derived, sums, strict=True):
+            e = src if bits is None else round_output(torch, src, bits)
+            mask = finite_ref & torch.isfinite(e)
+            kept = torch.where(mask, ref, 0.0)
+            de = torch.where(mask, e - ref, 0.0)
+            acc[0] = accumulate(
+                acc[0], torch.stack([mask.sum().to(torch.float64), square(torch, kept), square(torch, de)])
             )
-    if error is None:
+            largest = largest_abs(torch, de).reshape(1)
+            acc[1] = largest if acc[1] is None else torch.maximum(acc[1], largest)
+            for k, (finite_other, diff) in enumerate(zip(finite, diffs, strict=True)):
+                within = mask & finite_other
+                d = torch.where(within, diff, 0.0)
+                acc[2 + k] = accumulate(acc[2 + k], fingerprint_step(torch, d, torch.where(within, de, 0.0), within))
+    if not sums or sums[0][0] is None:
         raise Unmeasured("the output has no elements")
-    return torch.cat([error, worst, *fingerprints])
+    return torch.cat([t for acc in sums for t in acc])
 
 
 def fingerprint_from(fetched):
@@ -288,13 +295,13 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
         )
     # Every emulation's numbers stay on the device until all are computed: one fetch in all.
     pending = []
-    for name, emulated in emulations(torch, model, inputs, ref64):
+    for source, derived in emulation_sources(torch, model, inputs, ref64):
         for out in outputs:
             j = out["index"]
-            sums = [emulation_sums(torch, ref64[j], got[j], expected[j], emulated[j])]
-            pending.append((out, name, sums))
+            sums = emulation_sums(torch, ref64[j], got[j], expected[j], source[j], derived)
+            pending.extend((out, name, sums[12 * k : 12 * (k + 1)]) for k, (name, _bits) in enumerate(derived))
     if pending:
-        fetched = iter(torch.cat([t for _out, _name, sums in pending for t in sums]).tolist())
+        fetched = iter(torch.cat([sums for _out, _name, sums in pending]).tolist())
         for out, name, _sums in pending:
             (emul,), _ = error_stats_from([next(fetched) for _ in range(4)], 1)
             candidate, reference = (fingerprint_from([next(fetched) for _ in range(4)]) for _ in range(2))
@@ -348,18 +355,25 @@ def round_output(torch, value, bits):
     return round_mantissa(torch, value, bits, "nearest").to(torch.float64)
 
 
-def emulations(torch, model, inputs, ref64, sync=lambda: None):
-    """Yields `(name, outputs)` for every emulation (one float64 forward per operand rounding);
-    a yielded list is valid until the next one is asked for."""
-    for name, bits in OUTPUT_ROUNDINGS:
-        yield name, [round_output(torch, r, bits) for r in ref64]
+def emulation_sources(torch, model, inputs, ref64, sync=lambda: None):
+    """Yields `(outputs, emulations)`: the outputs of one float64 computation (the float64
+    reference itself, then one forward per operand rounding) and the emulations derived from
+    them, each `(name, bits)`: those outputs (`bits` None) or those outputs rounded to `bits`.
+    In `emulations`' order; a yielded list is valid until the next one is asked for."""
+    yield ref64, list(OUTPUT_ROUNDINGS)
     for name, bits, mode, with_output in OPERAND_ROUNDINGS:
         outputs = run_float64(torch, model, inputs, bits, mode)
         sync()
-        yield name, outputs
-        if with_output:
-            yield f"{name}+out", [round_output(torch, o, bits) for o in outputs]
+        yield outputs, [(name, None)] + ([(f"{name}+out", bits)] if with_output else [])
         del outputs
+
+
+def emulations(torch, model, inputs, ref64, sync=lambda: None):
+    """Yields `(name, outputs)` for every emulation (one float64 forward per operand rounding);
+    a yielded list is valid until the next one is asked for."""
+    for outputs, derived in emulation_sources(torch, model, inputs, ref64, sync):
+        for name, bits in derived:
+            yield name, outputs if bits is None else [round_output(torch, o, bits) for o in outputs]
 
 
 @contextlib.contextmanager

@@ -66,7 +66,7 @@ def test_fingerprint_finds_the_emulated_rounding_in_an_error(monkeypatch, output
     assert unrelated["unexplained"] > 1.0
 
 
-def test_emulation_sums_are_the_three_measures_in_one_pass(monkeypatch):
+def test_emulation_sums_are_the_three_measures_in_one_walk(monkeypatch):
     """Bit for bit what the measures give one at a time, over slices, with non-finite elements
     in each of the four tensors at different places (each measure leaves out its own)."""
     g = torch.Generator().manual_seed(7)
@@ -83,15 +83,21 @@ def test_emulation_sums_are_the_three_measures_in_one_pass(monkeypatch):
         math.nan,
     )
     monkeypatch.setattr(precision, "CHUNK", 64)
-    fused = precision.emulation_sums(torch, ref, got, expected, emulated).tolist()
+    # The emulation itself, and the same rounded to 7 bits one slice at a time.
+    fused = precision.emulation_sums(torch, ref, got, expected, emulated, [("e", None), ("e+out", 7)]).tolist()
     apart = torch.cat(
         [
-            precision.error_sums(torch, ref, [emulated]),
-            precision.fingerprint_sums(torch, ref, got, emulated),
-            precision.fingerprint_sums(torch, ref, expected, emulated),
+            sums
+            for e in (emulated, precision.round_output(torch, emulated, 7))
+            for sums in (
+                precision.error_sums(torch, ref, [e]),
+                precision.fingerprint_sums(torch, ref, got, e),
+                precision.fingerprint_sums(torch, ref, expected, e),
+            )
         ]
     ).tolist()
     assert fused == apart
+    assert fused[:12] != fused[12:]
     # The counts: each measure's own finite elements.
     assert (fused[0], fused[7], fused[11]) == (998, 996, 996)
 

@@ -9,8 +9,9 @@ independent rows, not a matmul's operands). The candidate's output is the refere
 rounded to bf16 (a precision downgrade, so every statistic has an error to measure). Prints one
 JSON line per repeat: wall seconds of the whole measurement and of each instrumented part (the
 device synchronised around each call, so the parts add up to the wall). `--compare` instead
-times, alternately in the same process, one emulation's statistics as three separate measures
-(`error_sums`, two `fingerprint_sums`) and as `emulation_sums` (one pass), and prints the ratio.
+times, alternately in the same process, the statistics of one forward's emulations (`rn10` and
+`rn10+out`) as six separate measures (`error_sums`, two `fingerprint_sums` each, over a rounded
+copy) and as `emulation_sums` (one walk), and prints the ratio.
 """
 
 import argparse
@@ -49,8 +50,10 @@ def instrument(device, parts):
 
         return timed
 
-    for name in ("run_float64", "round_output", "error_sums", "fingerprint_sums", "emulation_sums"):
-        setattr(precision, name, wrap(name, getattr(precision, name)))
+    # `emulation_sums` rounds outputs slice by slice itself: its time includes those roundings.
+    for name in ("run_float64", "error_sums", "fingerprint_sums", "emulation_sums"):
+        if hasattr(precision, name):  # an older harness (PYTHONPATH) may lack one
+            setattr(precision, name, wrap(name, getattr(precision, name)))
     return sync
 
 
@@ -101,23 +104,35 @@ def main():
 
 
 def compare(args, model, inputs, expected, got):
-    """Three separate passes against one, alternately, on the rn10 emulation of output 0."""
+    """The rn10 forward's two emulations (`rn10`, `rn10+out`), their statistics as six separate
+    measures over a rounded copy against one walk (`emulation_sums`), alternately."""
 
     def sync():
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
     ref64 = precision.run_float64(torch, model, inputs)[0]
-    emulated = precision.run_float64(torch, model, inputs, 10, "nearest")[0]
-    ways = {
-        "separate": lambda: torch.cat(
+    source = precision.run_float64(torch, model, inputs, 10, "nearest")[0]
+
+    def separate():
+        rounded = precision.round_output(torch, source, 10)
+        return torch.cat(
             [
-                precision.error_sums(torch, ref64, [emulated]),
-                precision.fingerprint_sums(torch, ref64, got[0], emulated),
-                precision.fingerprint_sums(torch, ref64, expected[0], emulated),
+                sums
+                for e in (source, rounded)
+                for sums in (
+                    precision.error_sums(torch, ref64, [e]),
+                    precision.fingerprint_sums(torch, ref64, got[0], e),
+                    precision.fingerprint_sums(torch, ref64, expected[0], e),
+                )
             ]
+        )
+
+    ways = {
+        "separate": separate,
+        "one_pass": lambda: precision.emulation_sums(
+            torch, ref64, got[0], expected[0], source, [("rn10", None), ("rn10+out", 10)]
         ),
-        "one_pass": lambda: precision.emulation_sums(torch, ref64, got[0], expected[0], emulated),
     }
     times = defaultdict(list)
     values = {}
