@@ -212,7 +212,11 @@ def accumulate(totals, step):
     return step if totals is None else totals + step
 
 
-def emulation_sums(torch, ref64, got, expected, source, derived=(("", None),)):
+# `emulation_sums`' numbers per emulation: `error_sums` of one tensor (4), two `fingerprint_sums` (4 each).
+SUMS_PER_EMULATION = 12
+
+
+def emulation_sums(torch, ref64, got, expected, source, derived):
     """For each emulation in `derived` (`(name, bits)`: `source` itself when `bits` is None, else
     `source` rounded to `bits`), `error_sums(ref64, [emulated])`,
     `fingerprint_sums(ref64, got, emulated)` and `fingerprint_sums(ref64, expected, emulated)`
@@ -238,7 +242,7 @@ def emulation_sums(torch, ref64, got, expected, source, derived=(("", None),)):
                 within = mask & finite_other
                 d = torch.where(within, diff, 0.0)
                 acc[2 + k] = accumulate(acc[2 + k], fingerprint_step(torch, d, torch.where(within, de, 0.0), within))
-    if not sums or sums[0][0] is None:
+    if sums[0][0] is None:
         raise Unmeasured("the output has no elements")
     return torch.cat([t for acc in sums for t in acc])
 
@@ -299,7 +303,8 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
         for out in outputs:
             j = out["index"]
             sums = emulation_sums(torch, ref64[j], got[j], expected[j], source[j], derived)
-            pending.extend((out, name, sums[12 * k : 12 * (k + 1)]) for k, (name, _bits) in enumerate(derived))
+            n = SUMS_PER_EMULATION
+            pending.extend((out, name, sums[n * k : n * (k + 1)]) for k, (name, _bits) in enumerate(derived))
     if pending:
         fetched = iter(torch.cat([sums for _out, _name, sums in pending]).tolist())
         for out, name, _sums in pending:
@@ -355,7 +360,7 @@ def round_output(torch, value, bits):
     return round_mantissa(torch, value, bits, "nearest").to(torch.float64)
 
 
-def emulation_sources(torch, model, inputs, ref64, sync=lambda: None):
+def emulation_sources(torch, model, inputs, ref64):
     """Yields `(outputs, emulations)`: the outputs of one float64 computation (the float64
     reference itself, then one forward per operand rounding) and the emulations derived from
     them, each `(name, bits)`: those outputs (`bits` None) or those outputs rounded to `bits`.
@@ -363,15 +368,14 @@ def emulation_sources(torch, model, inputs, ref64, sync=lambda: None):
     yield ref64, list(OUTPUT_ROUNDINGS)
     for name, bits, mode, with_output in OPERAND_ROUNDINGS:
         outputs = run_float64(torch, model, inputs, bits, mode)
-        sync()
         yield outputs, [(name, None)] + ([(f"{name}+out", bits)] if with_output else [])
         del outputs
 
 
-def emulations(torch, model, inputs, ref64, sync=lambda: None):
+def emulations(torch, model, inputs, ref64):
     """Yields `(name, outputs)` for every emulation (one float64 forward per operand rounding);
     a yielded list is valid until the next one is asked for."""
-    for outputs, derived in emulation_sources(torch, model, inputs, ref64, sync):
+    for outputs, derived in emulation_sources(torch, model, inputs, ref64):
         for name, bits in derived:
             yield name, outputs if bits is None else [round_output(torch, o, bits) for o in outputs]
 
