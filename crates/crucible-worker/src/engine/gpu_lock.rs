@@ -269,20 +269,15 @@ mod tests {
         (Arc::new(lock), log)
     }
 
-    fn overlap((_, a, b): &(Mode, Instant, Instant), (_, c, d): &(Mode, Instant, Instant)) -> bool {
-        a < d && c < b
-    }
-
-    #[test]
-    fn untimed_work_shares_the_gpu_but_never_with_a_timed_phase() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (lock, log) = lock_with_log(dir.path());
+    /// Six threads, four rounds each, 15 ms per hold: thread `w` uses `locks[w % len]` and times
+    /// (holds exclusively) in the rounds where `(w + round) % timed_every == 0`, else shares.
+    fn contend(locks: &[Arc<GpuLock>], timed_every: usize) {
         std::thread::scope(|scope| {
             for worker in 0..6 {
-                let lock = Arc::clone(&lock);
+                let lock = &locks[worker % locks.len()];
                 scope.spawn(move || {
                     for round in 0..4 {
-                        let held = if (worker + round) % 3 == 0 {
+                        let held = if (worker + round) % timed_every == 0 {
                             lock.acquire()
                         } else {
                             lock.share()
@@ -293,6 +288,17 @@ mod tests {
                 });
             }
         });
+    }
+
+    fn overlap((_, a, b): &(Mode, Instant, Instant), (_, c, d): &(Mode, Instant, Instant)) -> bool {
+        a < d && c < b
+    }
+
+    #[test]
+    fn untimed_work_shares_the_gpu_but_never_with_a_timed_phase() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, log) = lock_with_log(dir.path());
+        contend(&[lock], 3);
         let log = log.lock().expect("log");
         let (timed, untimed): (Vec<_>, Vec<_>) = log
             .iter()
@@ -343,22 +349,7 @@ mod tests {
         let (lock, log) = lock_with_slots(dir.path(), 2);
         // A second lock on the same files, as another worker process would open them.
         let (other, other_log) = lock_with_slots(dir.path(), 2);
-        std::thread::scope(|scope| {
-            for worker in 0..6 {
-                let lock = Arc::clone(if worker % 2 == 0 { &lock } else { &other });
-                scope.spawn(move || {
-                    for round in 0..4 {
-                        let held = if (worker + round) % 4 == 0 {
-                            lock.acquire()
-                        } else {
-                            lock.share()
-                        };
-                        std::thread::sleep(Duration::from_millis(15));
-                        drop(held);
-                    }
-                });
-            }
-        });
+        contend(&[lock, other], 4);
         let mut all = log.lock().expect("log").clone();
         all.extend(other_log.lock().expect("log").iter().copied());
         assert_eq!(all.len(), 24);
