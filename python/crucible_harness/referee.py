@@ -295,7 +295,8 @@ class Referee:
         on the trial the judge marked. Anything that prevents it (an op without float64, out of
         memory, a reference that fixes its dtype) leaves the precision unmeasured, with the
         reason: it is neither the judge's failure nor the candidate's. Running out of memory
-        says so (`out_of_memory`): on a device other evaluations share, the judge retries alone."""
+        says so (`out_of_memory`) and keeps the trial: on a device other evaluations share, the
+        judge asks again after a pause, then retries the evaluation alone."""
         torch = self.torch
         kept, self.precision_trial = self.precision_trial, None
         if kept is None:
@@ -311,6 +312,9 @@ class Referee:
             outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync)
             return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
         except precision.Unmeasured as exc:
+            if exc.out_of_memory:
+                # Kept for another attempt: beside other evaluations the memory may free up.
+                self.precision_trial = (inputs, expected, got)
             return {
                 "outputs": None,
                 "unmeasured": str(exc),

@@ -745,6 +745,22 @@ impl Workers {
         self.referee.running() && self.candidate.running()
     }
 
+    /// Which of the two processes ended and the tail of what it printed: why a pooled pair
+    /// died while it waited.
+    pub fn death_note(&mut self) -> String {
+        let mut notes = Vec::new();
+        for (who, process) in [
+            ("referee", &mut self.referee),
+            ("candidate process", &mut self.candidate),
+        ] {
+            if !process.running() {
+                let tail = process.log_tail(600);
+                notes.push(format!("the {who} ended; it printed: {}", tail.trim()));
+            }
+        }
+        notes.join("; ")
+    }
+
     /// Sets both processes' CPU priority, every thread of their process groups, to the judge's
     /// own nice value plus `above_judge` (positive: lower priority). The warm pool starts its
     /// pairs below the evaluations in flight and gives them the judge's priority when taken.

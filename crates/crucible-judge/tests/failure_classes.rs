@@ -169,6 +169,31 @@ fn out_of_memory_at_the_precision_stage_beside_other_evaluations_is_retried_not_
     assert!(unmeasured.contains("ran out of memory"), "{unmeasured}");
 }
 
+/// A shortage that passes (another evaluation's float64 copy held the memory for a moment) is
+/// waited out in place: the measurement is asked for again after a pause and the scaled softmax
+/// is `incorrect` as it is alone, with no retry of the whole evaluation.
+#[test]
+fn a_passing_shortage_at_the_precision_stage_is_waited_out_in_place() {
+    let mut cfg = runtime_config();
+    cfg.device_shared = true;
+    let task = "task_wide_softmax_float64_room_later.py";
+    let scaled = judge_with(task, "atol_carried_softmax.py", &cfg);
+    assert_failure(&scaled, Verdict::Incorrect, FailureClass::Incorrect);
+    let failure = scaled.failure.as_ref().expect("failure");
+    assert_eq!(failure.stage, "precision");
+    assert!(
+        failure.message.contains("relative RMS error of 5.000e-1"),
+        "{}",
+        failure.message
+    );
+    let retried = scaled
+        .findings
+        .iter()
+        .find(|f| f.code == "precision-retried")
+        .expect("the retry is noted");
+    assert!(retried.message.contains("attempt 2"), "{}", retried.message);
+}
+
 #[test]
 fn wrong_values_are_incorrect_with_error_statistics() {
     let result = judge("wrong_relu.py");

@@ -5,7 +5,7 @@
 //! the result is assembled from that record in one place (`judge::assemble`).
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crucible_result::{
     Failure, FailureClass, Finding, Launch, PrecisionClass, Severity, Stats, Timing,
@@ -69,6 +69,15 @@ struct Session {
     /// Runs that launched none of the candidate's own kernels.
     launch_free: Vec<String>,
 }
+
+/// The pauses before the precision measurement is asked for again after running out of device
+/// memory beside other evaluations (`EvalConfig::device_shared`); after the last, the evaluation
+/// ends `infra_error` and the engine retries it alone.
+const SHARED_OOM_PAUSES: [Duration; 3] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
 
 /// A shared claim on the device for untimed work (see [`super::TimedPhaseGate::share`]), when
 /// the evaluation has a gate.
@@ -179,10 +188,7 @@ impl Session {
         if !self.launch_check(eval) {
             return Ok(());
         }
-        {
-            let _gpu = untimed_gpu_work(eval);
-            self.precision(eval)?;
-        }
+        self.precision(eval)?;
         let usable = {
             let _gpu = untimed_gpu_work(eval);
             generalize::generalize_stage(
@@ -401,8 +407,36 @@ impl Session {
             budget_s: limit.as_secs_f64() / 2.0,
         };
         let referee = &mut self.workers.referee;
-        let measured: MeasurePrecisionReply =
-            eval.stage("precision", |_| referee_call(referee, &request, limit * 2))?;
+        let (measured, attempts) = eval.stage("precision", |eval| {
+            let mut pauses = SHARED_OOM_PAUSES.iter();
+            let mut attempts = 1;
+            loop {
+                let measured: MeasurePrecisionReply = {
+                    let _gpu = untimed_gpu_work(eval);
+                    referee_call(referee, &request, limit * 2)?
+                };
+                // Beside other evaluations a shortage often passes (their float64 copies and
+                // trials come and go): waiting a little, without a share, is much cheaper
+                // than the engine's retry of the whole evaluation alone.
+                match pauses.next() {
+                    Some(pause) if measured.out_of_memory && eval.cfg.device_shared => {
+                        std::thread::sleep(*pause);
+                        attempts += 1;
+                    }
+                    _ => return Ok((measured, attempts)),
+                }
+            }
+        })?;
+        if attempts > 1 && !measured.out_of_memory {
+            eval.add_once(Finding::new(
+                "precision-retried",
+                Severity::Info,
+                format!(
+                    "the precision measurement ran out of device memory beside other evaluations; \
+                     attempt {attempts} after a pause found room"
+                ),
+            ));
+        }
         if let Some(message) = precision::beyond_rounding(&measured) {
             return Err(Stop::Candidate(Failure {
                 class: FailureClass::Incorrect,
@@ -416,7 +450,10 @@ impl Session {
             // 23_Softmax candidates `correct`). Alone, the same shortage is the task's size.
             return Err(Stop::Infra(InfraError::SharedDeviceOutOfMemory {
                 stage: "precision",
-                detail: measured.unmeasured.unwrap_or_default(),
+                detail: format!(
+                    "{} ({attempts} attempts)",
+                    measured.unmeasured.unwrap_or_default()
+                ),
             }));
         }
         let measured = precision::from_reply(measured, 0);

@@ -97,14 +97,16 @@ impl WarmPool {
     /// flag says whether the pair had said hello.
     pub fn take(&self) -> Option<(Workers, bool)> {
         let mut state = self.shared.state.lock().ok()?;
-        let before = state.ready.len();
-        state.ready.retain_mut(Workers::alive);
-        if state.ready.len() < before {
-            tracing::warn!(
-                "{} prestarted harness pair(s) died while waiting; dropped",
-                before - state.ready.len()
-            );
-        }
+        state.ready.retain_mut(|workers| {
+            let alive = workers.alive();
+            if !alive {
+                tracing::warn!(
+                    "a prestarted harness pair died while waiting; dropped: {}",
+                    workers.death_note()
+                );
+            }
+            alive
+        });
         let taken = match state.ready.iter().position(Workers::said_hello) {
             Some(index) => state.ready.remove(index).map(|workers| (workers, true)),
             None => state.ready.pop_front().map(|workers| (workers, false)),
