@@ -735,6 +735,17 @@ impl Workers {
         [self.candidate.pid(), self.referee.pid()].map(|pid| pid as libc::pid_t)
     }
 
+    /// CPU seconds each side has used so far, `[referee, candidate]`: every process of its
+    /// group with the children it waited for (the candidate's compilers); see
+    /// [`Teardown::before_kill`] for the whole evaluation's.
+    pub fn cpu_seconds(&self) -> [f64; 2] {
+        let [candidate, referee] = self.process_groups();
+        [
+            crate::process::group_cpu_seconds(referee),
+            crate::process::group_cpu_seconds(candidate),
+        ]
+    }
+
     /// The candidate process's pid (as the judge sees it, outside its PID namespace).
     pub fn candidate_pid(&self) -> u32 {
         self.candidate.pid()

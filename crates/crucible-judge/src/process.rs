@@ -395,6 +395,49 @@ pub(crate) fn set_group_nice(group: libc::pid_t, nice: i32) -> std::io::Result<(
     }
 }
 
+/// CPU seconds (user and system) used so far by every process of a process group, with the
+/// children each has waited for (a candidate's compiler runs), read from /proc. Processes that
+/// ended and were reaped by someone outside the group are not counted.
+pub(crate) fn group_cpu_seconds(group: libc::pid_t) -> f64 {
+    // SAFETY: plain syscall without arguments.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks_per_s <= 0 {
+        return 0.0;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let ticks: u64 = entries
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
+        .filter_map(|stat| group_ticks(&stat, group))
+        .sum();
+    ticks as f64 / ticks_per_s as f64
+}
+
+/// utime + stime + cutime + cstime from one /proc/PID/stat line, if the process is in `group`.
+fn group_ticks(stat: &str, group: libc::pid_t) -> Option<u64> {
+    // The command name (field 2) may hold spaces and parentheses: fields count from its end.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    // Fields 3 (state), 4 (ppid), 5 (pgrp) ... 14-17 (utime, stime, cutime, cstime).
+    let pgrp: libc::pid_t = fields.get(2)?.parse().ok()?;
+    if pgrp != group {
+        return None;
+    }
+    fields
+        .get(11..15)?
+        .iter()
+        .map(|f| f.parse::<u64>().ok())
+        .sum()
+}
+
 /// Whether this process may give a process back a priority it lowered: `CAP_SYS_NICE`
 /// (root's), or an `RLIMIT_NICE` that reaches its own nice value.
 pub fn can_raise_priority() -> bool {
@@ -423,6 +466,40 @@ pub(crate) fn own_nice() -> i32 {
     // SAFETY: plain syscall on this process; -1 is also a valid nice, so errno tells failure
     // apart, and for the calling process there is none to expect.
     unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_counts_only_in_its_group_and_its_name_may_hold_anything() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+        // utime stime cutime cstime ...
+        let stat = "42 (a) b (c) R 1 77 77 0 -1 0 0 0 0 0 10 20 30 40 20 0 1 0 5 6 7";
+        assert_eq!(group_ticks(stat, 77), Some(100));
+        assert_eq!(group_ticks(stat, 78), None);
+        assert_eq!(group_ticks("garbage", 77), None);
+    }
+
+    /// A shell in a group of its own that runs a CPU-bound child and waits for it: the
+    /// child's time counts (as the shell's `cutime`), a process outside the group's does not.
+    #[test]
+    fn a_group_counts_the_cpu_of_the_children_it_waited_for() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "timeout 0.4 sh -c 'while :; do :; done'; sleep 30"])
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let group = child.id() as libc::pid_t;
+        std::thread::sleep(Duration::from_millis(1200));
+        let used = group_cpu_seconds(group);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!((0.2..5.0).contains(&used), "{used} s");
+        assert_eq!(group_cpu_seconds(i32::MAX - 1), 0.0);
+    }
 }
 
 #[cfg(test)]

@@ -178,10 +178,12 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| EvalConfig::new(device));
         base.device = device;
-        let reaper = Arc::new(reaper::Reaper::start().map_err(|source| EngineError::Io {
-            what: "starting the reaper thread",
-            source,
-        })?);
+        let reaper = Arc::new(
+            reaper::Reaper::start(tuning.probe.clone()).map_err(|source| EngineError::Io {
+                what: "starting the reaper thread",
+                source,
+            })?,
+        );
         base.teardown = Some(Arc::clone(&reaper) as Arc<dyn crucible_judge::Teardown>);
         base.timed_phases = lock
             .clone()
@@ -344,6 +346,7 @@ impl Engine {
                 candidate_pid: workers.candidate_pid(),
                 prestarted: true,
                 said_hello,
+                cpu_s: workers.cpu_seconds(),
             });
         }
         Some(workers)

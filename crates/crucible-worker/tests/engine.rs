@@ -134,6 +134,35 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
             "candidate process {pid} outlived its evaluation"
         );
     }
+    // Each evaluation's processes report the CPU they used, read before they were killed:
+    // each side imported torch (well over 0.3 s of CPU), and a taken pair had used no more
+    // when it was taken than in all.
+    let events = events.lock().expect("events");
+    let used: Vec<[f64; 2]> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::ProcessCpu { cpu_s } => Some(*cpu_s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(used.len(), jobs.len(), "{used:?}");
+    assert!(
+        used.iter()
+            .all(|[referee, candidate]| *referee > 0.3 && *candidate > 0.3),
+        "{used:?}"
+    );
+    let at_take: Vec<[f64; 2]> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::WorkersTaken { cpu_s, .. } => Some(*cpu_s),
+            _ => None,
+        })
+        .collect();
+    let most = |cpu: &[[f64; 2]], side: usize| cpu.iter().map(|c| c[side]).fold(0.0, f64::max);
+    assert!(
+        most(&at_take, 0) <= most(&used, 0) && most(&at_take, 1) <= most(&used, 1),
+        "{at_take:?} {used:?}"
+    );
 }
 
 /// A process's nice value, from /proc/PID/stat (field 19); `None` once it is gone.

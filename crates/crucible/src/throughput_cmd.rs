@@ -465,6 +465,11 @@ struct Seen {
     prestarted: bool,
     /// The prestarted pair had said hello when taken (no start-up to wait for).
     said_hello: bool,
+    /// CPU seconds the taken pairs had used when taken, `[referee, candidate]` (their
+    /// start-up, paid in the pool).
+    start_cpu_s: [f64; 2],
+    /// CPU seconds the evaluation's processes used in all (summed over a retry's two runs).
+    cpu_s: Option<[f64; 2]>,
 }
 
 impl Seen {
@@ -507,6 +512,10 @@ struct Row {
     /// Run a second time alone after a fault that sharing the device can cause (the
     /// `retried-alone` finding): its wall holds both runs.
     retried_alone: bool,
+    /// CPU seconds of its processes, `[referee, candidate]`: in all, and the part they had
+    /// used when taken from the pool (their start-up).
+    cpu_s: Option<[f64; 2]>,
+    start_cpu_s: [f64; 2],
 }
 
 struct Measured {
@@ -648,10 +657,15 @@ fn run_mode(
                 EngineEvent::WorkersTaken {
                     prestarted,
                     said_hello,
+                    cpu_s,
                     ..
                 } => {
                     job.prestarted |= prestarted;
                     job.said_hello |= said_hello;
+                    job.start_cpu_s = add2(job.start_cpu_s, cpu_s);
+                }
+                EngineEvent::ProcessCpu { cpu_s } => {
+                    job.cpu_s = Some(add2(job.cpu_s.unwrap_or_default(), cpu_s));
                 }
                 EngineEvent::TimedPhases { entered, left } => {
                     if let Ok(mut intervals) = intervals.lock() {
@@ -839,11 +853,17 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
         retried_alone: result.findings.iter().any(|f| f.code == "retried-alone"),
+        cpu_s: seen.cpu_s,
+        start_cpu_s: seen.start_cpu_s,
         failure: result.failure.clone(),
         findings: result
             .findings
             .iter()
-            .filter(|f| f.severity >= crucible_result::Severity::Flag)
+            // The retries' notes say why an evaluation took twice its time.
+            .filter(|f| {
+                f.severity >= crucible_result::Severity::Flag
+                    || matches!(f.code.as_str(), "retried-alone" | "precision-retried")
+            })
             .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
             .collect(),
     }
@@ -922,6 +942,39 @@ impl Measured {
              {retried}",
             self.cache.0, self.cache.1
         );
+        self.print_process_cpu();
+    }
+
+    /// Where the CPU goes: each side's processes, start-up (in the pool) apart.
+    fn print_process_cpu(&self) {
+        let measured: Vec<&Row> = self.rows.iter().filter(|r| r.cpu_s.is_some()).collect();
+        if measured.is_empty() {
+            return;
+        }
+        let n = measured.len() as f64;
+        let mean = |f: &dyn Fn(&Row) -> f64| measured.iter().map(|r| f(r)).sum::<f64>() / n;
+        let total = |side: usize| mean(&|r: &Row| r.cpu_s.map_or(0.0, |c| c[side]));
+        let start = |side: usize| mean(&|r: &Row| r.start_cpu_s[side]);
+        println!(
+            "  CPU of the evaluations' own processes (mean over the {} that had them): referee \
+             {:.2} s ({:.2} s of it before it was taken from the pool), candidate {:.2} s \
+             ({:.2} s before; with its compilers)",
+            measured.len(),
+            total(0),
+            start(0),
+            total(1),
+            start(1),
+        );
+        if let Some(cpu) = self.cpu {
+            let per_eval = cpu.busy_s / self.rows.len().max(1) as f64;
+            let own = (total(0) + total(1)) * n / self.rows.len().max(1) as f64;
+            println!(
+                "    the rest of the machine's busy CPU: {:.2} core-s per evaluation (the judge, \
+                 pairs started for later or that died, everything else running; pairs ready \
+                 when the clock started count above but were started before it)",
+                per_eval - own
+            );
+        }
     }
 
     /// Each judge stage: median over the evaluations that ran it, sum over all.
@@ -1066,6 +1119,8 @@ impl Measured {
                 "prestarted": row.prestarted,
                 "said_hello": row.said_hello,
                 "retried_alone": row.retried_alone,
+                "cpu_s": row.cpu_s,
+                "start_cpu_s": row.start_cpu_s,
                 "stages": row.stages,
                 "failure": row.failure,
                 "findings": row.findings,
@@ -1074,6 +1129,11 @@ impl Measured {
         }
         Ok(())
     }
+}
+
+/// Two `[referee, candidate]` figures added side by side.
+fn add2(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
+    [a[0] + b[0], a[1] + b[1]]
 }
 
 /// Stages in the order they run.

@@ -74,6 +74,10 @@ pub trait ReferenceTimingCache: Send + Sync + Debug {
 /// then off the evaluation's critical path. Dropping the [`Workers`] does both.
 pub trait Teardown: Send + Sync + Debug {
     fn retire(&self, workers: Workers);
+
+    /// Called once the evaluation's stages are over, just before its processes are killed (what
+    /// they used is still there to read, e.g. [`Workers::cpu_seconds`]).
+    fn before_kill(&self, _workers: &Workers) {}
 }
 
 /// Told the name of each stage as it starts (`verify`, `start`, `reference`, `load`,

@@ -46,6 +46,7 @@ pub(super) fn run(
     drop(attached);
     match eval.cfg.teardown.as_ref() {
         Some(teardown) => {
+            teardown.before_kill(&session.workers);
             session.workers.kill_now();
             teardown.retire(session.workers);
         }

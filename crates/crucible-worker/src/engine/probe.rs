@@ -13,7 +13,13 @@ pub enum EngineEvent {
         candidate_pid: u32,
         prestarted: bool,
         said_hello: bool,
+        /// CPU seconds the pair had used when taken, `[referee, candidate]`: its start-up
+        /// (importing torch, the device, the profiler's first start), paid in the pool.
+        cpu_s: [f64; 2],
     },
+    /// An evaluation's processes are about to be killed: the CPU seconds they used in all,
+    /// `[referee, candidate]` (start-up included; the candidate's with its compilers).
+    ProcessCpu { cpu_s: [f64; 2] },
     /// How long an evaluation waited for the GPU lock (for its timed phases or, shared, for
     /// untimed GPU work).
     GpuLockWait(Duration),

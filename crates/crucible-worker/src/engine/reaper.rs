@@ -10,9 +10,13 @@ use std::thread::JoinHandle;
 
 use crucible_judge::{Teardown, Workers};
 
+use super::probe::{EngineEvent, Probe};
+
 pub struct Reaper {
     sender: Mutex<Option<Sender<Workers>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Told each evaluation's processes' CPU use before they are killed (read only when set).
+    probe: Option<Probe>,
 }
 
 impl std::fmt::Debug for Reaper {
@@ -22,7 +26,7 @@ impl std::fmt::Debug for Reaper {
 }
 
 impl Reaper {
-    pub fn start() -> std::io::Result<Reaper> {
+    pub fn start(probe: Option<Probe>) -> std::io::Result<Reaper> {
         let (sender, receiver) = channel::<Workers>();
         let thread = std::thread::Builder::new()
             .name("crucible-reaper".into())
@@ -35,6 +39,7 @@ impl Reaper {
         Ok(Reaper {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
+            probe,
         })
     }
 
@@ -50,6 +55,14 @@ impl Reaper {
 }
 
 impl Teardown for Reaper {
+    fn before_kill(&self, workers: &Workers) {
+        if let Some(probe) = &self.probe {
+            probe(EngineEvent::ProcessCpu {
+                cpu_s: workers.cpu_seconds(),
+            });
+        }
+    }
+
     fn retire(&self, workers: Workers) {
         let sender = self.sender.lock().ok().and_then(|s| s.clone());
         match sender {
