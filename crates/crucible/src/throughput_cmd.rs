@@ -1228,7 +1228,8 @@ mod tests {
         assert_eq!((row.trial_share_s, row.first_trial_share_s), (2.5, 2.0));
     }
 
-    /// A result the engine ran again alone says so (its info finding), and the row counts it.
+    /// A result the engine ran again alone says so (its info finding), and the row counts it
+    /// and keeps why; other info findings stay out of the row.
     #[test]
     fn a_retry_alone_is_counted_from_its_finding() {
         let mut result = result_with_stages(&[("start", 0.5, "ok")]);
@@ -1239,11 +1240,16 @@ mod tests {
             crucible_result::Severity::Info,
             "the judge failed in `precision` while sharing the device",
         ));
+        result.findings.push(crucible_result::Finding::new(
+            "sandbox-degraded",
+            crucible_result::Severity::Info,
+            "no minimal root",
+        ));
         let row = row(&result, Kind::Correct, &seen, true);
         assert!(row.retried_alone);
-        assert!(
-            row.findings.is_empty(),
-            "info findings stay out of the flag list"
+        assert_eq!(
+            row.findings,
+            ["Info retried-alone: the judge failed in `precision` while sharing the device"]
         );
     }
 
