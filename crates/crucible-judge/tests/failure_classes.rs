@@ -122,7 +122,13 @@ fn an_output_within_atol_only_because_it_is_tiny_is_incorrect() {
     assert_eq!(honest.verdict, Verdict::Correct, "{:#?}", honest.failure);
     assert!(honest.findings.iter().all(|f| f.severity != Severity::Flag));
     let scaled = judge_with("task_wide_softmax.py", "atol_carried_softmax.py", &cfg);
-    assert_failure(&scaled, Verdict::Incorrect, FailureClass::Incorrect);
+    assert_refused_at_the_precision_stage(&scaled);
+}
+
+/// The softmax scaled by 1.5 passed every trial within atol and was refused by its error
+/// against float64 (50%).
+fn assert_refused_at_the_precision_stage(scaled: &EvalResult) {
+    assert_failure(scaled, Verdict::Incorrect, FailureClass::Incorrect);
     assert!(
         scaled
             .trials
@@ -178,14 +184,7 @@ fn a_passing_shortage_at_the_precision_stage_is_waited_out_in_place() {
     cfg.device_shared = true;
     let task = "task_wide_softmax_float64_room_later.py";
     let scaled = judge_with(task, "atol_carried_softmax.py", &cfg);
-    assert_failure(&scaled, Verdict::Incorrect, FailureClass::Incorrect);
-    let failure = scaled.failure.as_ref().expect("failure");
-    assert_eq!(failure.stage, "precision");
-    assert!(
-        failure.message.contains("relative RMS error of 5.000e-1"),
-        "{}",
-        failure.message
-    );
+    assert_refused_at_the_precision_stage(&scaled);
     let retried = scaled
         .findings
         .iter()
