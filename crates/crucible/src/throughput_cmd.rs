@@ -530,6 +530,9 @@ struct Measured {
     cache: (usize, usize),
     /// The machine's CPU use over the batch, where /proc/stat can be read.
     cpu: Option<CpuUse>,
+    /// How much of the batch the machine's CPU was saturated (from readings every
+    /// `CPU_SAMPLE`).
+    saturation: Option<Saturation>,
 }
 
 /// How many intervals were open at once: what the GPU's time slicing depends on (every process
@@ -609,6 +612,73 @@ impl CpuUse {
         (total > 0).then(|| CpuUse {
             busy_s: busy as f64 / TICKS_PER_S,
             total_s: total as f64 / TICKS_PER_S,
+        })
+    }
+}
+
+/// How often the CPU sampler reads /proc/stat during a batch.
+const CPU_SAMPLE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Reads the machine's CPU counters every [`CPU_SAMPLE`] on a thread of its own until finished.
+struct CpuSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(u64, u64)>>,
+}
+
+impl CpuSampler {
+    fn start() -> Option<CpuSampler> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("cpu-sampler".into())
+            .spawn(move || {
+                let mut readings = Vec::new();
+                while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    readings.extend(read_cpu_ticks());
+                    std::thread::sleep(CPU_SAMPLE);
+                }
+                readings.extend(read_cpu_ticks());
+                readings
+            })
+            .ok()?;
+        Some(CpuSampler { stop, thread })
+    }
+
+    fn finish(self) -> Option<Saturation> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        Saturation::of(&self.thread.join().ok()?)
+    }
+}
+
+/// The share of a batch's time the whole machine's CPU was at least 90% and 75% busy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Saturation {
+    at_90: f64,
+    at_75: f64,
+}
+
+impl Saturation {
+    /// From successive (busy, total) readings: each interval weighs by its length.
+    fn of(readings: &[(u64, u64)]) -> Option<Saturation> {
+        let (mut all, mut at_90, mut at_75) = (0u64, 0u64, 0u64);
+        for pair in readings.windows(2) {
+            let (Some(busy), Some(total)) = (
+                pair[1].0.checked_sub(pair[0].0),
+                pair[1].1.checked_sub(pair[0].1),
+            ) else {
+                continue;
+            };
+            all += total;
+            if busy * 10 >= total * 9 {
+                at_90 += total;
+            }
+            if busy * 4 >= total * 3 {
+                at_75 += total;
+            }
+        }
+        (all > 0).then(|| Saturation {
+            at_90: at_90 as f64 / all as f64,
+            at_75: at_75 as f64 / all as f64,
         })
     }
 }
@@ -708,9 +778,11 @@ fn run_mode(
     let pool_at_start = (engine.warm(), engine.pool_depth());
     let started = Instant::now();
     let cpu_before = read_cpu_ticks();
+    let sampler = CpuSampler::start();
     let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
     let results = evaluate_tagged(&engine, cases, pace);
     let batch_s = started.elapsed().as_secs_f64();
+    let saturation = sampler.and_then(CpuSampler::finish);
     let cpu = cpu_before
         .zip(read_cpu_ticks())
         .and_then(|(before, after)| CpuUse::between(before, after));
@@ -742,6 +814,7 @@ fn run_mode(
         untimed,
         cache,
         cpu,
+        saturation,
     })
 }
 
@@ -931,6 +1004,15 @@ impl Measured {
                 100.0 * cpu.busy_s / cpu.total_s,
                 cpu.busy_s,
                 cpu.busy_s / n.max(1) as f64
+            );
+        }
+        if let Some(saturation) = self.saturation {
+            println!(
+                "    saturated: at least 90% busy for {:.0}% of the batch, at least 75% for {:.0}% \
+                 ({} ms readings)",
+                100.0 * saturation.at_90,
+                100.0 * saturation.at_75,
+                CPU_SAMPLE.as_millis()
             );
         }
         let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
@@ -1313,6 +1395,16 @@ mod tests {
         );
         assert_eq!(cpu_ticks("intr 1 2 3\n"), None);
         assert_eq!(CpuUse::between(after, before), None);
+    }
+
+    #[test]
+    fn saturation_weighs_each_interval_by_its_length() {
+        // Three intervals: 95 of 100 ticks busy, 80 of 100, 10 of 200.
+        let readings = [(0, 0), (95, 100), (175, 200), (185, 400)];
+        let saturation = Saturation::of(&readings).unwrap();
+        assert_eq!(saturation.at_90, 0.25);
+        assert_eq!(saturation.at_75, 0.5);
+        assert_eq!(Saturation::of(&readings[..1]), None);
     }
 
     fn repo(path: &str) -> String {
