@@ -482,22 +482,48 @@ mod cpu_tests {
         assert_eq!(group_ticks("garbage", 77), None);
     }
 
-    /// A shell in a group of its own that runs a CPU-bound child and waits for it: the
-    /// child's time counts (as the shell's `cutime`), a process outside the group's does not.
+    /// A shell in a group of its own runs a CPU-bound child shell and waits for it; the child
+    /// writes its own /proc stat line as it ends. The group's count holds that child's time
+    /// (the parent's `cutime`), whatever else the machine is doing; a group nobody is in has none.
     #[test]
     fn a_group_counts_the_cpu_of_the_children_it_waited_for() {
         use std::os::unix::process::CommandExt;
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "timeout 0.4 sh -c 'while :; do :; done'; sleep 30"])
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (stat, done) = (dir.path().join("stat"), dir.path().join("done"));
+        let script = format!(
+            "sh -c 'i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; cat /proc/$$/stat > {}'; \
+             touch {}; sleep 30",
+            stat.display(),
+            done.display()
+        );
+        let mut parent = std::process::Command::new("sh")
+            .args(["-c", &script])
             .process_group(0)
             .spawn()
             .expect("sh");
-        let group = child.id() as libc::pid_t;
-        std::thread::sleep(Duration::from_millis(1200));
+        let group = parent.id() as libc::pid_t;
+        let until = Instant::now() + Duration::from_secs(60);
+        while !done.exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let used = group_cpu_seconds(group);
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!((0.2..5.0).contains(&used), "{used} s");
+        let _ = parent.kill();
+        let _ = parent.wait();
+        let child_stat = std::fs::read_to_string(&stat).expect("the child's stat");
+        let fields: Vec<u64> = child_stat[child_stat.rfind(')').expect("comm") + 2..]
+            .split(' ')
+            .skip(11)
+            .take(2)
+            .map(|f| f.parse().expect("ticks"))
+            .collect();
+        // SAFETY: plain syscall without arguments.
+        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let child_s = fields.iter().sum::<u64>() as f64 / ticks_per_s;
+        assert!(child_s > 0.02, "the loop used {child_s} s");
+        assert!(
+            used >= child_s,
+            "the group {used} s, its child alone {child_s} s"
+        );
         assert_eq!(group_cpu_seconds(i32::MAX - 1), 0.0);
     }
 }
