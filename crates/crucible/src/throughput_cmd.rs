@@ -619,14 +619,18 @@ impl CpuUse {
 /// How often the CPU sampler reads /proc/stat during a batch.
 const CPU_SAMPLE: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Reads the machine's CPU counters every [`CPU_SAMPLE`] on a thread of its own until finished.
+/// Reads the machine's CPU counters when started, every [`CPU_SAMPLE`] on a thread of its own,
+/// and when finished: the batch's whole use is its first and last reading.
 struct CpuSampler {
+    first: Option<(u64, u64)>,
     stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<(u64, u64)>>,
+    /// `None` when no thread could be started: then only the first and last readings.
+    thread: Option<std::thread::JoinHandle<Vec<(u64, u64)>>>,
 }
 
 impl CpuSampler {
-    fn start() -> Option<CpuSampler> {
+    fn start() -> CpuSampler {
+        let first = read_cpu_ticks();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -634,19 +638,31 @@ impl CpuSampler {
             .spawn(move || {
                 let mut readings = Vec::new();
                 while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-                    readings.extend(read_cpu_ticks());
                     std::thread::sleep(CPU_SAMPLE);
+                    readings.extend(read_cpu_ticks());
                 }
-                readings.extend(read_cpu_ticks());
                 readings
             })
-            .ok()?;
-        Some(CpuSampler { stop, thread })
+            .ok();
+        CpuSampler {
+            first,
+            stop,
+            thread,
+        }
     }
 
-    fn finish(self) -> Option<Saturation> {
+    /// Every reading, the first and a last one taken now included.
+    fn finish(self) -> Vec<(u64, u64)> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        Saturation::of(&self.thread.join().ok()?)
+        let between = self
+            .thread
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or_default();
+        self.first
+            .into_iter()
+            .chain(between)
+            .chain(read_cpu_ticks())
+            .collect()
     }
 }
 
@@ -660,25 +676,22 @@ struct Saturation {
 impl Saturation {
     /// From successive (busy, total) readings: each interval weighs by its length.
     fn of(readings: &[(u64, u64)]) -> Option<Saturation> {
-        let (mut all, mut at_90, mut at_75) = (0u64, 0u64, 0u64);
+        let (mut all, mut at_90, mut at_75) = (0.0, 0.0, 0.0);
         for pair in readings.windows(2) {
-            let (Some(busy), Some(total)) = (
-                pair[1].0.checked_sub(pair[0].0),
-                pair[1].1.checked_sub(pair[0].1),
-            ) else {
+            let Some(used) = CpuUse::between(pair[0], pair[1]) else {
                 continue;
             };
-            all += total;
-            if busy * 10 >= total * 9 {
-                at_90 += total;
+            all += used.total_s;
+            if used.busy_s >= 0.9 * used.total_s {
+                at_90 += used.total_s;
             }
-            if busy * 4 >= total * 3 {
-                at_75 += total;
+            if used.busy_s >= 0.75 * used.total_s {
+                at_75 += used.total_s;
             }
         }
-        (all > 0).then(|| Saturation {
-            at_90: at_90 as f64 / all as f64,
-            at_75: at_75 as f64 / all as f64,
+        (all > 0.0).then(|| Saturation {
+            at_90: at_90 / all,
+            at_75: at_75 / all,
         })
     }
 }
@@ -777,15 +790,16 @@ fn run_mode(
     let engine_start_s = created.elapsed().as_secs_f64();
     let pool_at_start = (engine.warm(), engine.pool_depth());
     let started = Instant::now();
-    let cpu_before = read_cpu_ticks();
     let sampler = CpuSampler::start();
     let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
     let results = evaluate_tagged(&engine, cases, pace);
     let batch_s = started.elapsed().as_secs_f64();
-    let saturation = sampler.and_then(CpuSampler::finish);
-    let cpu = cpu_before
-        .zip(read_cpu_ticks())
-        .and_then(|(before, after)| CpuUse::between(before, after));
+    let readings = sampler.finish();
+    let saturation = Saturation::of(&readings);
+    let cpu = readings
+        .first()
+        .zip(readings.last())
+        .and_then(|(before, after)| CpuUse::between(*before, *after));
     drop(engine);
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let cache = seen
