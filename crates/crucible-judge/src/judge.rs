@@ -21,6 +21,7 @@ use crate::process::{HarnessProcess, Spawn};
 use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
 use crate::runtime::{Runtime, harness_env, hex};
 use crate::sandbox::Sandbox;
+use crate::zygote::RefereeZygote;
 
 mod calls;
 mod generalize;
@@ -649,6 +650,18 @@ impl Workers {
         cfg: &EvalConfig,
         warm_profiler: bool,
     ) -> Result<Workers, InfraError> {
+        Workers::spawn_with(runtime, cfg, warm_profiler, None)
+    }
+
+    /// [`Workers::spawn`], with the referee forked from `referees` (a zygote for `cfg`'s
+    /// device) when given: the same referee without its interpreter's imports. A zygote that
+    /// cannot fork is logged and the referee started fresh.
+    pub fn spawn_with(
+        runtime: &Runtime,
+        cfg: &EvalConfig,
+        warm_profiler: bool,
+        referees: Option<&RefereeZygote>,
+    ) -> Result<Workers, InfraError> {
         let io = InfraError::io;
         // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
         let scratch_parent = Some(Path::new("/dev/shm"))
@@ -698,13 +711,24 @@ impl Workers {
                 sandbox,
             })
         };
-        let referee = spawn(
-            "crucible_harness.referee",
-            referee_dir.path(),
-            referee_env,
-            None,
-        )
-        .map_err(io("starting the referee"))?;
+        let forked = referees.and_then(|zygote| {
+            zygote
+                .fork(referee_dir.path(), &referee_env)
+                .inspect_err(|error| {
+                    tracing::warn!("starting a fresh referee: the zygote could not fork: {error}")
+                })
+                .ok()
+        });
+        let referee = match forked {
+            Some(referee) => referee,
+            None => spawn(
+                "crucible_harness.referee",
+                referee_dir.path(),
+                referee_env,
+                None,
+            )
+            .map_err(io("starting the referee"))?,
+        };
         let candidate = spawn(
             "crucible_harness.candidate",
             candidate_dir.path(),
@@ -749,6 +773,11 @@ impl Workers {
     /// The candidate process's pid (as the judge sees it, outside its PID namespace).
     pub fn candidate_pid(&self) -> u32 {
         self.candidate.pid()
+    }
+
+    /// The referee's pid.
+    pub fn referee_pid(&self) -> u32 {
+        self.referee.pid()
     }
 
     /// Whether both processes are still running (a pooled pair may have died while it waited).

@@ -18,6 +18,7 @@ pub mod protocol;
 pub mod runtime;
 pub mod sandbox;
 mod timing;
+pub mod zygote;
 
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
@@ -30,3 +31,4 @@ pub use judge::{
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};
 pub use sandbox::Sandbox;
+pub use zygote::RefereeZygote;

@@ -6,10 +6,10 @@
 //! group, and a process that dies is reported with its exit status or signal.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::sandbox::{PidsCgroup, Sandbox};
+use crate::zygote::{ForkedChild, ZygoteLink};
 
 /// At most this much of a child's stdout+stderr is kept for diagnostics.
 const LOG_CAP: usize = 64 * 1024;
@@ -82,7 +83,7 @@ pub struct Spawn {
 }
 
 pub struct HarnessProcess {
-    child: Child,
+    owner: Owner,
     /// The candidate's pids cgroup; dropped (removed) after the process is killed.
     _cgroup: Option<PidsCgroup>,
     writer: UnixStream,
@@ -164,8 +165,47 @@ impl HarnessProcess {
         }
         let reader = BufReader::new(parent_end.try_clone()?);
         Ok(HarnessProcess {
-            child,
+            owner: Owner::Spawned(child),
             _cgroup: cgroup,
+            writer: parent_end,
+            reader,
+            log,
+            exited: None,
+        })
+    }
+
+    /// A referee forked by the zygote behind `link`, working in `cwd` with exactly `env`: the
+    /// same channel on fd 3 and the same captured logs as a spawned one.
+    pub(crate) fn forked(
+        link: &Arc<ZygoteLink>,
+        cwd: &Path,
+        env: &[(String, String)],
+    ) -> std::io::Result<HarnessProcess> {
+        let (parent_end, child_end) = UnixStream::pair()?;
+        let (stdout_read, stdout_write) = pipe()?;
+        let (stderr_read, stderr_write) = pipe()?;
+        let (pid, zygote_pid) = link.fork(
+            cwd,
+            env,
+            [
+                child_end.as_raw_fd(),
+                stdout_write.as_raw_fd(),
+                stderr_write.as_raw_fd(),
+            ],
+        )?;
+        // The child has its copies; without ours closed, its end of a log would never come.
+        drop((child_end, stdout_write, stderr_write));
+        let owner = Owner::Forked(ForkedChild::new(pid, zygote_pid, Arc::clone(link)));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for stream in [stdout_read, stderr_read] {
+            let log = Arc::clone(&log);
+            let stream = Box::new(std::fs::File::from(stream)) as Box<dyn Read + Send>;
+            std::thread::spawn(move || drain_into(stream, &log));
+        }
+        let reader = BufReader::new(parent_end.try_clone()?);
+        Ok(HarnessProcess {
+            owner,
+            _cgroup: None,
             writer: parent_end,
             reader,
             log,
@@ -208,6 +248,18 @@ impl HarnessProcess {
     pub fn request(&mut self, msg: &Value, timeout: Duration) -> Result<Value, ChannelError> {
         self.send(msg)?;
         self.receive(timeout)
+    }
+
+    /// Writes one message (a line of JSON) to the child, expecting no reply.
+    pub(crate) fn send_message(&mut self, msg: &Value) -> Result<(), ChannelError> {
+        self.send(msg)
+    }
+
+    /// Writes one message with file descriptors attached (`SCM_RIGHTS`): the zygote's fork.
+    pub(crate) fn send_with_fds(&mut self, msg: &Value, fds: &[RawFd]) -> std::io::Result<()> {
+        let mut bytes = serde_json::to_vec(msg)?;
+        bytes.push(b'\n');
+        crate::zygote::send_with_fds(&mut self.writer, &bytes, fds)
     }
 
     /// Writes one message (a line of JSON) to the child.
@@ -258,9 +310,8 @@ impl HarnessProcess {
     fn reap(&mut self) -> ExitDescription {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    let exit = ExitDescription::from(status);
+            match self.owner.try_wait() {
+                Ok(Some(exit)) => {
                     self.exited = Some(exit.clone());
                     self.kill_group();
                     return exit;
@@ -283,7 +334,7 @@ impl HarnessProcess {
 
     /// The child's pid (the judge's view; inside a PID namespace the child sees another).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.owner.id()
     }
 
     /// Whether something from the child waits to be read (a message, or the end of its channel
@@ -304,13 +355,16 @@ impl HarnessProcess {
 
     /// Whether the child is still running (it has not exited and nobody has reaped it).
     pub fn running(&mut self) -> bool {
-        self.exited.is_none() && matches!(self.child.try_wait(), Ok(None))
+        self.exited.is_none() && matches!(self.owner.try_wait(), Ok(None))
     }
 
     /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the process and its group, so that nothing it
     /// runs can touch shared memory while the referee reads it.
     pub fn freeze(&self, frozen: bool) {
-        let pid = self.child.id() as libc::pid_t;
+        if !self.owner.may_signal() {
+            return;
+        }
+        let pid = self.owner.id() as libc::pid_t;
         let sig = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
         // SAFETY: plain syscall on the child's own process group.
         unsafe {
@@ -319,7 +373,10 @@ impl HarnessProcess {
     }
 
     pub(crate) fn kill_group(&self) {
-        let pid = self.child.id() as libc::pid_t;
+        if !self.owner.may_signal() {
+            return;
+        }
+        let pid = self.owner.id() as libc::pid_t;
         // SAFETY: plain syscall; the child called setsid, so its pid is its process group id.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
@@ -329,8 +386,7 @@ impl HarnessProcess {
     /// Kills the process and everything it started.
     pub fn kill(&mut self) {
         self.kill_group();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.owner.kill_and_wait();
     }
 
     /// Ends the process and its group. Nothing is left to flush on the Python side, and an
@@ -347,6 +403,60 @@ impl HarnessProcess {
         let start = log.len().saturating_sub(max);
         String::from_utf8_lossy(&log[start..]).into_owned()
     }
+}
+
+/// Whose child the process is: this process's (spawned by fork and exec), or the referee
+/// zygote's (forked from it; see `crate::zygote`).
+enum Owner {
+    Spawned(Child),
+    Forked(ForkedChild),
+}
+
+impl Owner {
+    fn id(&self) -> u32 {
+        match self {
+            Owner::Spawned(child) => child.id(),
+            Owner::Forked(child) => child.id(),
+        }
+    }
+
+    /// How it ended, or `None` while it runs.
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitDescription>> {
+        match self {
+            Owner::Spawned(child) => Ok(child.try_wait()?.map(ExitDescription::from)),
+            Owner::Forked(child) => Ok(child.try_wait()),
+        }
+    }
+
+    /// Whether its pid and process group id still name it (a forked child's could be reused
+    /// once it has been released).
+    fn may_signal(&self) -> bool {
+        match self {
+            Owner::Spawned(_) => true,
+            Owner::Forked(child) => child.may_signal(),
+        }
+    }
+
+    fn kill_and_wait(&mut self) {
+        match self {
+            Owner::Spawned(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Owner::Forked(child) => child.kill_and_release(),
+        }
+    }
+}
+
+/// A pipe whose both ends close on exec.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills the two descriptors on success, which are then owned here alone.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are fresh descriptors nobody else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 impl Drop for HarnessProcess {

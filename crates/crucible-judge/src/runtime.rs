@@ -36,6 +36,10 @@ const HARNESS_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/crucible_harness/audit.py"),
     ),
     (
+        "zygote.py",
+        include_str!("../../../python/crucible_harness/zygote.py"),
+    ),
+    (
         "protocol.py",
         include_str!("../../../python/crucible_harness/protocol.py"),
     ),

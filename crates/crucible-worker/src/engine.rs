@@ -94,6 +94,9 @@ pub struct Tuning {
     /// Prestarted candidate processes do not start the profiler ahead (it then costs the
     /// profile stage ~4 s on an H200, but no CPU for candidates that are never profiled).
     pub cold_profiler: bool,
+    /// The pool starts every referee as a fresh interpreter instead of forking it from a
+    /// zygote that has imported torch, triton and numpy (`crucible_judge::RefereeZygote`).
+    pub fresh_referees: bool,
 }
 
 /// One evaluation to run.
@@ -201,6 +204,7 @@ impl Engine {
                     depth,
                     !tuning.cold_profiler,
                     tuning.pool_nice.unwrap_or(POOL_NICE),
+                    !tuning.fresh_referees,
                 )
                 .map_err(|source| EngineError::Io {
                     what: "starting the warm pool",

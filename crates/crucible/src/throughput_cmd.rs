@@ -120,6 +120,10 @@ pub struct ThroughputArgs {
     /// Prestarted candidate processes do not start the profiler ahead of their evaluation.
     #[arg(long)]
     cold_profiler: bool,
+    /// The warm pool starts every referee as a fresh interpreter instead of forking it from a
+    /// zygote that has imported torch, triton and numpy.
+    #[arg(long)]
+    fresh_referees: bool,
     /// The GPU lock on this file instead of the GPU's own; with it the lock also works on the
     /// CPU (where nothing is timed, but trials still take their shares).
     #[arg(long)]
@@ -776,6 +780,7 @@ fn run_mode(
         base: Some(base.clone()),
         probe: Some(probe),
         cold_profiler: args.cold_profiler,
+        fresh_referees: args.fresh_referees,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,

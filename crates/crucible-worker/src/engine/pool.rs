@@ -4,14 +4,16 @@
 //! from this process, which never initialises CUDA, so nothing CUDA-related is forked). An
 //! evaluation takes one pair and owns it: the candidate process serves that one candidate and
 //! is killed at the end, never returned. Pairs that died while waiting are dropped on take;
-//! a pair that has said hello goes before an older one still starting.
+//! a pair that has said hello goes before an older one still starting. Referees are forked from
+//! a zygote that imported torch, triton and numpy once (`RefereeZygote`), unless the pool was
+//! told to start them fresh; candidate processes are always started fresh, in their sandbox.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crucible_judge::{EvalConfig, Runtime, Workers};
+use crucible_judge::{EvalConfig, RefereeZygote, Runtime, Workers};
 
 /// After a failed start, the refill waits this long before trying again (a broken install must
 /// not spin).
@@ -38,6 +40,8 @@ struct Shared {
     warm_profiler: bool,
     /// Waiting pairs' nice value above the judge's.
     nice: i32,
+    /// Forks the referees, when they are not started fresh.
+    referees: Option<RefereeZygote>,
 }
 
 pub struct WarmPool {
@@ -49,13 +53,15 @@ impl WarmPool {
     /// Starts the refill thread; the first pairs start at once. `warm_profiler`: candidate
     /// processes start the profiler before their hello (when correct ones will be timed on a
     /// GPU). `nice`: how much lower than the judge's the waiting pairs' CPU priority is
-    /// ([`POOL_NICE`] by default).
+    /// ([`POOL_NICE`] by default). `fork_referees`: referees are forked from a zygote (a
+    /// zygote that cannot start is logged, and referees start fresh).
     pub fn start(
         runtime: Runtime,
         cfg: EvalConfig,
         depth: usize,
         warm_profiler: bool,
         nice: i32,
+        fork_referees: bool,
     ) -> std::io::Result<WarmPool> {
         // A pair lowered without the right to raise it again would run its whole evaluation,
         // timed phases included, below the judge.
@@ -68,6 +74,15 @@ impl WarmPool {
         } else {
             nice
         };
+        let referees = if fork_referees {
+            RefereeZygote::start(&runtime, cfg.device)
+                .inspect_err(|error| {
+                    tracing::warn!("referees start fresh: no referee zygote: {error}")
+                })
+                .ok()
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
@@ -79,6 +94,7 @@ impl WarmPool {
             depth: depth.max(1),
             warm_profiler,
             nice,
+            referees,
         });
         let refill = {
             let shared = Arc::clone(&shared);
@@ -175,7 +191,12 @@ fn refill(shared: &Shared) {
             }
         }
         // Spawned outside the lock: taking a pair never waits for a spawn.
-        match Workers::spawn(&shared.runtime, &shared.cfg, shared.warm_profiler) {
+        match Workers::spawn_with(
+            &shared.runtime,
+            &shared.cfg,
+            shared.warm_profiler,
+            shared.referees.as_ref(),
+        ) {
             Ok(workers) => {
                 if shared.nice != 0
                     && let Err(error) = workers.set_priority(shared.nice)
