@@ -21,6 +21,7 @@ use crate::process::{HarnessProcess, Spawn};
 use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
 use crate::runtime::{Runtime, harness_env, hex};
 use crate::sandbox::Sandbox;
+use crate::triton_seed::TritonSeed;
 use crate::zygote::RefereeZygote;
 
 mod calls;
@@ -619,6 +620,20 @@ fn verify_stage(eval: &mut Evaluation<'_>, candidate_src: &[u8]) -> Result<(), S
     })
 }
 
+/// What a long-lived caller (the warm pool) shares among the harness processes it starts ahead.
+#[derive(Clone, Copy, Default)]
+pub struct Prestart<'a> {
+    /// Candidate processes start the profiler before their hello (see [`Workers::start`]).
+    pub warm_profiler: bool,
+    /// Referees are forked from this zygote (for the evaluation's device) instead of started
+    /// fresh: the same referee without its interpreter's imports. A zygote that cannot fork is
+    /// logged and the referee started fresh.
+    pub referees: Option<&'a RefereeZygote>,
+    /// Each candidate process's Triton cache starts with a copy of these CUDA utilities, so it
+    /// does not compile them again.
+    pub triton_seed: Option<&'a TritonSeed>,
+}
+
 /// A referee and a candidate harness process with their scratch directories, started before
 /// they are needed: interpreter start-up (importing torch, bringing up the device) is most of an
 /// evaluation's fixed cost, and a batch overlaps it with the previous evaluation.
@@ -650,18 +665,24 @@ impl Workers {
         cfg: &EvalConfig,
         warm_profiler: bool,
     ) -> Result<Workers, InfraError> {
-        Workers::spawn_with(runtime, cfg, warm_profiler, None)
+        let prestart = Prestart {
+            warm_profiler,
+            ..Prestart::default()
+        };
+        Workers::spawn_with(runtime, cfg, &prestart)
     }
 
-    /// [`Workers::spawn`], with the referee forked from `referees` (a zygote for `cfg`'s
-    /// device) when given: the same referee without its interpreter's imports. A zygote that
-    /// cannot fork is logged and the referee started fresh.
+    /// [`Workers::spawn`] with what a long-lived caller shares among the pairs it starts.
     pub fn spawn_with(
         runtime: &Runtime,
         cfg: &EvalConfig,
-        warm_profiler: bool,
-        referees: Option<&RefereeZygote>,
+        prestart: &Prestart,
     ) -> Result<Workers, InfraError> {
+        let Prestart {
+            warm_profiler,
+            referees,
+            triton_seed,
+        } = *prestart;
         let io = InfraError::io;
         // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
         let scratch_parent = Some(Path::new("/dev/shm"))
@@ -699,6 +720,13 @@ impl Workers {
             .unwrap_or_default();
         let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
         let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
+        if let Some(seed) = triton_seed
+            && let Some((_, cache)) = candidate_env.iter().find(|(k, _)| k == "TRITON_CACHE_DIR")
+            && let Err(error) = seed.plant(Path::new(cache))
+        {
+            // Only a lost head start: the candidate process builds its own, as without a seed.
+            tracing::warn!("cannot copy Triton's CUDA utilities for a candidate: {error}");
+        }
         if warm_profiler && cfg.times() {
             candidate_env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
         }

@@ -18,17 +18,19 @@ pub mod protocol;
 pub mod runtime;
 pub mod sandbox;
 mod timing;
+pub mod triton_seed;
 pub mod zygote;
 
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
 pub use error::InfraError;
 pub use judge::{
-    Abort, EvalConfig, Generalize, ReferenceKey, ReferenceTiming, ReferenceTimingCache, SourceFile,
-    StageLimits, StageObserver, TIMED_NICE, Teardown, TimedPhaseGate, TimedPhaseGuard,
+    Abort, EvalConfig, Generalize, Prestart, ReferenceKey, ReferenceTiming, ReferenceTimingCache,
+    SourceFile, StageLimits, StageObserver, TIMED_NICE, Teardown, TimedPhaseGate, TimedPhaseGuard,
     TimingConfig, ToleranceProfile, Transport, Workers, evaluate, evaluate_taking, evaluate_with,
     infra_error_result,
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};
 pub use sandbox::Sandbox;
+pub use triton_seed::TritonSeed;
 pub use zygote::RefereeZygote;

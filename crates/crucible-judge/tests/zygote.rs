@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crucible_judge::{Device, EvalConfig, RefereeZygote, Runtime, Workers, evaluate_with};
+use crucible_judge::{
+    Device, EvalConfig, Prestart, RefereeZygote, Runtime, Workers, evaluate_with,
+};
 use crucible_result::Verdict;
 
 fn fixture(name: &str) -> PathBuf {
@@ -36,6 +38,13 @@ fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     while !done() {
         assert!(Instant::now() < until, "{what} within {within:?}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn forking(zygote: &RefereeZygote) -> Prestart<'_> {
+    Prestart {
+        referees: Some(zygote),
+        ..Prestart::default()
     }
 }
 
@@ -71,7 +80,7 @@ fn a_forked_referee_judges_like_a_fresh_one_and_leaves_nothing_behind() {
         assert_eq!(judge(&runtime, &cfg, fresh, candidate), expected);
 
         let workers =
-            Workers::spawn_with(&runtime, &cfg, false, Some(&zygote)).expect("forked referee");
+            Workers::spawn_with(&runtime, &cfg, &forking(&zygote)).expect("forked referee");
         let referee = workers.referee_pid();
         let zygote_pid = zygote.pid().expect("the zygote runs");
         assert_eq!(parent_of(referee), Some(zygote_pid), "forked by the zygote");
@@ -97,7 +106,7 @@ fn a_dead_zygote_is_replaced_and_its_referees_die_with_it() {
     cfg.verify_policy = None;
     let zygote = RefereeZygote::start(&runtime, Device::Cpu).expect("start the zygote");
     let mut orphaned =
-        Workers::spawn_with(&runtime, &cfg, false, Some(&zygote)).expect("forked referee");
+        Workers::spawn_with(&runtime, &cfg, &forking(&zygote)).expect("forked referee");
     let first = zygote.pid().expect("the zygote runs");
     let referee = orphaned.referee_pid();
     assert_eq!(parent_of(referee), Some(first));
@@ -115,8 +124,7 @@ fn a_dead_zygote_is_replaced_and_its_referees_die_with_it() {
     );
     drop(orphaned);
 
-    let workers =
-        Workers::spawn_with(&runtime, &cfg, false, Some(&zygote)).expect("forked referee");
+    let workers = Workers::spawn_with(&runtime, &cfg, &forking(&zygote)).expect("forked referee");
     let second = zygote.pid().expect("a new zygote runs");
     assert_ne!(second, first);
     assert_eq!(parent_of(workers.referee_pid()), Some(second));

@@ -13,7 +13,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crucible_judge::{EvalConfig, RefereeZygote, Runtime, Workers};
+use std::sync::OnceLock;
+
+use crucible_judge::{EvalConfig, Prestart, RefereeZygote, Runtime, TritonSeed, Workers};
 
 /// After a failed start, the refill waits this long before trying again (a broken install must
 /// not spin).
@@ -42,6 +44,9 @@ struct Shared {
     nice: i32,
     /// Forks the referees, when they are not started fresh.
     referees: Option<RefereeZygote>,
+    /// Triton's CUDA utilities for every candidate's cache (GPU only), once built: pairs
+    /// started before that build their own.
+    triton_seed: OnceLock<Option<TritonSeed>>,
 }
 
 pub struct WarmPool {
@@ -95,7 +100,17 @@ impl WarmPool {
             warm_profiler,
             nice,
             referees,
+            triton_seed: OnceLock::new(),
         });
+        {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("crucible-triton-seed".into())
+                .spawn(move || {
+                    let seed = TritonSeed::build(&shared.runtime, shared.cfg.device);
+                    let _ = shared.triton_seed.set(seed);
+                })?;
+        }
         let refill = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -191,12 +206,12 @@ fn refill(shared: &Shared) {
             }
         }
         // Spawned outside the lock: taking a pair never waits for a spawn.
-        match Workers::spawn_with(
-            &shared.runtime,
-            &shared.cfg,
-            shared.warm_profiler,
-            shared.referees.as_ref(),
-        ) {
+        let prestart = Prestart {
+            warm_profiler: shared.warm_profiler,
+            referees: shared.referees.as_ref(),
+            triton_seed: shared.triton_seed.get().and_then(Option::as_ref),
+        };
+        match Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart) {
             Ok(workers) => {
                 if shared.nice != 0
                     && let Err(error) = workers.set_priority(shared.nice)
