@@ -43,13 +43,20 @@ from crucible_harness import referee
 warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
 
 CHANNEL_FD = 3
+# A fork request carries the child's channel, stdout and stderr.
+FDS_PER_FORK = 3
 PR_SET_PDEATHSIG = 1
 # How often released children that have not ended yet are looked at again.
 REAP_EVERY_S = 0.5
 
 
 class Requests:
-    """Lines from the judge, each with the file descriptors that came with it."""
+    """Lines from the judge, and the file descriptors that came with the fork requests.
+
+    On a stream socket one read may return the end of one request and the start of the next,
+    with the next one's descriptors (a release, which has none, followed by a fork): so the
+    descriptors are not tied to the read they came with but queued, and each fork request
+    takes the next three, in the order they were sent."""
 
     def __init__(self, sock):
         self.sock = sock
@@ -57,19 +64,27 @@ class Requests:
         self.fds = []
 
     def next(self, timeout):
-        """The next request and its descriptors, None if none came within `timeout`; exits when
-        the judge closed the channel."""
+        """The next request, None if none came within `timeout`; exits when the judge closed
+        the channel."""
         while b"\n" not in self.buffer:
             if not select.select([self.sock], [], [], timeout)[0]:
                 return None
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 8)
+            data, fds, flags, _addr = socket.recv_fds(self.sock, 1 << 16, 3 * FDS_PER_FORK)
+            if flags & socket.MSG_CTRUNC:
+                raise SystemExit("the zygote lost file descriptors (MSG_CTRUNC)")
             if not data:
                 sys.exit(0)
             self.buffer += data
             self.fds.extend(fds)
         line, self.buffer = self.buffer.split(b"\n", 1)
-        fds, self.fds = self.fds, []
-        return json.loads(line), fds
+        return json.loads(line)
+
+    def take_fds(self):
+        """The descriptors of the fork request just read."""
+        if len(self.fds) < FDS_PER_FORK:
+            raise SystemExit(f"a fork request came with {len(self.fds)} descriptors, not {FDS_PER_FORK}")
+        fds, self.fds = self.fds[:FDS_PER_FORK], self.fds[FDS_PER_FORK:]
+        return fds
 
 
 def become_referee(zygote_pid, sock, fds, cwd, env):
@@ -124,19 +139,16 @@ def main():
     released = set()
     while True:
         reap(released)
-        got = requests.next(REAP_EVERY_S)
-        if got is None:
+        msg = requests.next(REAP_EVERY_S)
+        if msg is None:
             continue
-        msg, fds = got
         if msg.get("op") == "release":
             released.add(int(msg["pid"]))
             continue
-        if msg.get("op") != "fork" or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            reply = {"ok": False, "error": f"not a fork request with 3 descriptors: {msg.get('op')!r}, {len(fds)}"}
-            sock.sendall(json.dumps(reply).encode() + b"\n")
-            continue
+        if msg.get("op") != "fork":
+            # The judge and the zygote disagree: nothing after this can be trusted.
+            raise SystemExit(f"unknown request {msg.get('op')!r}")
+        fds = requests.take_fds()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

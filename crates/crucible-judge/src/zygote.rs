@@ -65,6 +65,9 @@ struct Forked {
 
 impl RefereeZygote {
     /// Starts the zygote for `device` without waiting for its imports (the first fork does).
+    /// The zygote gets `SIGKILL` when the thread that started it ends (its parent-death
+    /// signal), and its referees with it: start it on a thread that outlives its use. A zygote
+    /// that died is started again by the next fork, on the forking thread.
     pub fn start(runtime: &Runtime, device: Device) -> Result<RefereeZygote, InfraError> {
         let dir = tempfile::Builder::new()
             .prefix("crucible-zygote-")

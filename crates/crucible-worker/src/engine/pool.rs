@@ -42,8 +42,8 @@ struct Shared {
     warm_profiler: bool,
     /// Waiting pairs' nice value above the judge's.
     nice: i32,
-    /// Forks the referees, when they are not started fresh.
-    referees: Option<RefereeZygote>,
+    /// Whether referees are forked from a zygote rather than started fresh.
+    fork_referees: bool,
     /// Triton's CUDA utilities for every candidate's cache (GPU only), once built: pairs
     /// started before that build their own.
     triton_seed: OnceLock<Option<TritonSeed>>,
@@ -79,15 +79,6 @@ impl WarmPool {
         } else {
             nice
         };
-        let referees = if fork_referees {
-            RefereeZygote::start(&runtime, cfg.device)
-                .inspect_err(|error| {
-                    tracing::warn!("referees start fresh: no referee zygote: {error}")
-                })
-                .ok()
-        } else {
-            None
-        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
@@ -99,7 +90,7 @@ impl WarmPool {
             depth: depth.max(1),
             warm_profiler,
             nice,
-            referees,
+            fork_referees,
             triton_seed: OnceLock::new(),
         });
         {
@@ -190,6 +181,15 @@ impl Drop for WarmPool {
 
 /// Keeps `depth` pairs started until the pool stops.
 fn refill(shared: &Shared) {
+    // Started on this thread, which lives as long as the pool: a process's parent-death signal
+    // follows the thread that started it, and the zygote's children die with it.
+    let referees = if shared.fork_referees {
+        RefereeZygote::start(&shared.runtime, shared.cfg.device)
+            .inspect_err(|error| tracing::warn!("referees start fresh: no referee zygote: {error}"))
+            .ok()
+    } else {
+        None
+    };
     loop {
         {
             let Ok(mut state) = shared.state.lock() else {
@@ -208,7 +208,7 @@ fn refill(shared: &Shared) {
         // Spawned outside the lock: taking a pair never waits for a spawn.
         let prestart = Prestart {
             warm_profiler: shared.warm_profiler,
-            referees: shared.referees.as_ref(),
+            referees: referees.as_ref(),
             triton_seed: shared.triton_seed.get().and_then(Option::as_ref),
         };
         match Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart) {
