@@ -1,4 +1,5 @@
-//! One harness process (referee or candidate) and the private channel to it.
+//! One harness process (referee or candidate) and the private channel to it: spawned by fork
+//! and exec from the judge, or (a referee) forked by the referee zygote (`crate::zygote`).
 //!
 //! The channel is a Unix socket pair whose child end becomes fd 3 in the child; stdout and
 //! stderr are only captured as logs, so nothing the candidate prints can pose as a reply.
