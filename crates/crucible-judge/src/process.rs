@@ -7,7 +7,7 @@
 //! group, and a process that dies is reported with its exit status or signal.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -147,23 +147,20 @@ impl HarnessProcess {
         }
         let mut child = cmd.spawn()?;
         drop(child_end);
-        let log = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = Arc::clone(&log);
-            std::thread::spawn(move || drain_into(stream, &log));
-        }
+        let log = drain_logs(
+            [
+                child
+                    .stdout
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+                child
+                    .stderr
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            ]
+            .into_iter()
+            .flatten(),
+        );
         let reader = BufReader::new(parent_end.try_clone()?);
         Ok(HarnessProcess {
             owner: Owner::Spawned(child),
@@ -183,8 +180,8 @@ impl HarnessProcess {
         env: &[(String, String)],
     ) -> std::io::Result<HarnessProcess> {
         let (parent_end, child_end) = UnixStream::pair()?;
-        let (stdout_read, stdout_write) = pipe()?;
-        let (stderr_read, stderr_write) = pipe()?;
+        let (stdout_read, stdout_write) = std::io::pipe()?;
+        let (stderr_read, stderr_write) = std::io::pipe()?;
         let (pid, zygote_pid) = link.fork(
             cwd,
             env,
@@ -197,12 +194,8 @@ impl HarnessProcess {
         // The child has its copies; without ours closed, its end of a log would never come.
         drop((child_end, stdout_write, stderr_write));
         let owner = Owner::Forked(ForkedChild::new(pid, zygote_pid, Arc::clone(link)));
-        let log = Arc::new(Mutex::new(Vec::new()));
-        for stream in [stdout_read, stderr_read] {
-            let log = Arc::clone(&log);
-            let stream = Box::new(std::fs::File::from(stream)) as Box<dyn Read + Send>;
-            std::thread::spawn(move || drain_into(stream, &log));
-        }
+        let log =
+            drain_logs([stdout_read, stderr_read].map(|s| Box::new(s) as Box<dyn Read + Send>));
         let reader = BufReader::new(parent_end.try_clone()?);
         Ok(HarnessProcess {
             owner,
@@ -251,11 +244,6 @@ impl HarnessProcess {
         self.receive(timeout)
     }
 
-    /// Writes one message (a line of JSON) to the child, expecting no reply.
-    pub(crate) fn send_message(&mut self, msg: &Value) -> Result<(), ChannelError> {
-        self.send(msg)
-    }
-
     /// Writes one message with file descriptors attached (`SCM_RIGHTS`): the zygote's fork.
     pub(crate) fn send_with_fds(&mut self, msg: &Value, fds: &[RawFd]) -> std::io::Result<()> {
         let mut bytes = serde_json::to_vec(msg)?;
@@ -264,7 +252,7 @@ impl HarnessProcess {
     }
 
     /// Writes one message (a line of JSON) to the child.
-    fn send(&mut self, msg: &Value) -> Result<(), ChannelError> {
+    pub(crate) fn send(&mut self, msg: &Value) -> Result<(), ChannelError> {
         let mut bytes =
             serde_json::to_vec(msg).map_err(|e| ChannelError::Protocol(e.to_string()))?;
         bytes.push(b'\n');
@@ -449,15 +437,14 @@ impl Owner {
     }
 }
 
-/// A pipe whose both ends close on exec.
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills the two descriptors on success, which are then owned here alone.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(std::io::Error::last_os_error());
+/// The child's output streams, each drained into one shared log by a thread of its own.
+fn drain_logs(streams: impl IntoIterator<Item = Box<dyn Read + Send>>) -> Arc<Mutex<Vec<u8>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    for stream in streams {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || drain_into(stream, &log));
     }
-    // SAFETY: both are fresh descriptors nobody else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    log
 }
 
 impl Drop for HarnessProcess {
@@ -533,10 +520,15 @@ pub(crate) fn group_cpu_seconds(group: libc::pid_t) -> f64 {
     ticks as f64 / ticks_per_s as f64
 }
 
+/// The fields of a /proc/PID/stat line from field 3 (the state) on.
+pub(crate) fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    // The command name (field 2) may hold spaces and parentheses: fields count from its end.
+    Some(stat.get(stat.rfind(')')? + 2..)?.split(' ').collect())
+}
+
 /// utime + stime + cutime + cstime from one /proc/PID/stat line, if the process is in `group`.
 fn group_ticks(stat: &str, group: libc::pid_t) -> Option<u64> {
-    // The command name (field 2) may hold spaces and parentheses: fields count from its end.
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    let fields = stat_fields(stat)?;
     // Fields 3 (state), 4 (ppid), 5 (pgrp) ... 14-17 (utime, stime, cutime, cstime).
     let pgrp: libc::pid_t = fields.get(2)?.parse().ok()?;
     if pgrp != group {

@@ -161,9 +161,7 @@ impl ZygoteLink {
         };
         if let Some(zygote) = process.as_mut() {
             // Fails only when the zygote is gone, and its children with it.
-            let _ = zygote
-                .process
-                .send_message(&json!({"op": "release", "pid": pid}));
+            let _ = zygote.process.send(&json!({"op": "release", "pid": pid}));
         }
     }
 }
@@ -314,8 +312,7 @@ struct ProcStat {
 
 impl ProcStat {
     fn parse(line: &str) -> Option<ProcStat> {
-        // The command name (field 2) may hold spaces and parentheses: fields count from its end.
-        let fields: Vec<&str> = line.get(line.rfind(')')? + 2..)?.split(' ').collect();
+        let fields = crate::process::stat_fields(line)?;
         // Field 3 is the state, 4 the parent, 52 the exit code (Linux 3.5 and later).
         Some(ProcStat {
             state: fields.first()?.chars().next()?,

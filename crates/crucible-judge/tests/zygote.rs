@@ -17,14 +17,20 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn runtime() -> Option<Runtime> {
-    match Runtime::discover() {
-        Ok(runtime) => Some(runtime),
+/// The runtime, a CPU configuration without the verifier, and a zygote; `None` (skipped) without
+/// a judge Python runtime.
+fn setup() -> Option<(Runtime, EvalConfig, RefereeZygote)> {
+    let runtime = match Runtime::discover() {
+        Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
-            None
+            return None;
         }
-    }
+    };
+    let mut cfg = EvalConfig::new(Device::Cpu);
+    cfg.verify_policy = None;
+    let zygote = RefereeZygote::start(&runtime, Device::Cpu).expect("start the zygote");
+    Some((runtime, cfg, zygote))
 }
 
 /// The parent pid in /proc/PID/stat, if the process exists.
@@ -68,10 +74,9 @@ fn judge(runtime: &Runtime, cfg: &EvalConfig, workers: Workers, candidate: &str)
 
 #[test]
 fn a_forked_referee_judges_like_a_fresh_one_and_leaves_nothing_behind() {
-    let Some(runtime) = runtime() else { return };
-    let mut cfg = EvalConfig::new(Device::Cpu);
-    cfg.verify_policy = None;
-    let zygote = RefereeZygote::start(&runtime, Device::Cpu).expect("start the zygote");
+    let Some((runtime, cfg, zygote)) = setup() else {
+        return;
+    };
     for (candidate, expected) in [
         ("honest_relu.py", Verdict::Correct),
         ("wrong_relu.py", Verdict::Incorrect),
@@ -101,10 +106,9 @@ fn a_forked_referee_judges_like_a_fresh_one_and_leaves_nothing_behind() {
 
 #[test]
 fn a_dead_zygote_is_replaced_and_its_referees_die_with_it() {
-    let Some(runtime) = runtime() else { return };
-    let mut cfg = EvalConfig::new(Device::Cpu);
-    cfg.verify_policy = None;
-    let zygote = RefereeZygote::start(&runtime, Device::Cpu).expect("start the zygote");
+    let Some((runtime, cfg, zygote)) = setup() else {
+        return;
+    };
     let mut orphaned =
         Workers::spawn_with(&runtime, &cfg, &forking(&zygote)).expect("forked referee");
     let first = zygote.pid().expect("the zygote runs");
