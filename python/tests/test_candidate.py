@@ -1,6 +1,8 @@
 """The time-independent parts of the candidate process (candidate.py): the launch recorder under
 the Triton interpreter, failure classes, the reply shapes, and interval union."""
 
+import threading
+
 import pytest
 import torch
 import triton
@@ -129,3 +131,73 @@ def test_failure_replies_carry_the_class_and_the_candidates_own_frames(tmp_path)
 )
 def test_union_length_counts_overlaps_once(intervals, length):
     assert candidate.union_length(intervals) == pytest.approx(length)
+
+
+class FakeNotes:
+    def __init__(self):
+        self.events = []
+
+    def enter(self):
+        self.events.append("enter")
+
+    def leave(self):
+        self.events.append("leave")
+
+
+class CompilingKernel:
+    """Stands in for a `JITFunction` at a cache miss: its warmup hands a compile to Triton's
+    active `AsyncCompileMode`, as `JITFunction._do_compile` does (the CPU has no compiler)."""
+
+    def __init__(self, parties, fail=()):
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.fail = fail
+        self.launches = []
+        self.finished = []
+
+    def warmup(self, *args, **kwargs):
+        from triton.runtime import _async_compile
+
+        self.launches.append((args, kwargs))
+        block = kwargs["BLOCK"]
+
+        def compile_one():
+            self.barrier.wait()  # every config's compile in flight at once, or this times out
+            if block in self.fail:
+                raise RuntimeError("ptxas failed")
+            return block
+
+        _async_compile.active_mode.get().submit(block, compile_one, self.finished.append)
+
+
+class Tuner:
+    def __init__(self, fn):
+        self.fn = fn
+        self.nargs = {"x": "x-tensor", "n": 20}
+
+
+def test_autotune_configs_compile_at_once_as_one_compile_note():
+    notes = FakeNotes()
+    kernel = CompilingKernel(parties=3)
+    configs = [triton.Config({"BLOCK": b}) for b in (4, 8, 16)]
+    candidate.AutotunePrecompile(notes, threads=4).compile_all(Tuner(kernel), configs, {"grid": (1,), "warmup": False})
+    assert sorted(kernel.finished) == [4, 8, 16]
+    assert notes.events == ["enter", "leave"]
+    args, kwargs = kernel.launches[0]
+    assert args == ("x-tensor", 20)
+    assert "warmup" not in kwargs and kwargs["grid"] == (1,)
+
+
+def test_a_config_that_fails_to_compile_is_left_to_the_benchmark():
+    notes = FakeNotes()
+    kernel = CompilingKernel(parties=2, fail=(8,))
+    configs = [triton.Config({"BLOCK": b}) for b in (4, 8)]
+    candidate.AutotunePrecompile(notes, threads=2).compile_all(Tuner(kernel), configs, {"grid": (1,)})
+    assert kernel.finished == [4]  # the failed one stays uncompiled, for the autotuner to meet
+    assert notes.events == ["enter", "leave"]
+
+
+def test_a_single_config_compiles_nothing_ahead():
+    notes = FakeNotes()
+    kernel = CompilingKernel(parties=1)
+    candidate.AutotunePrecompile(notes, threads=4).compile_all(Tuner(kernel), [triton.Config({"BLOCK": 4})], {})
+    assert kernel.launches == [] and notes.events == []
