@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::{
-    Device, EvalConfig, Generalize, Runtime, StageLimits, TimingConfig, ToleranceProfile,
-    Transport, Workers,
+    Device, EvalConfig, Generalize, Prestart, RefereeZygote, Runtime, StageLimits, TimingConfig,
+    ToleranceProfile, Transport, Workers,
 };
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 
@@ -267,6 +267,21 @@ fn run_batch(
     // (write), since the judge, not the candidate, put several evaluations on one device.
     let device_share = RwLock::new(());
     let concurrent = jobs > 1 && pairs.len() > 1;
+    // Referees are forked from one zygote, as the service's pool forks them: the same referee
+    // without its interpreter's imports each time. Started on this thread, which outlives the
+    // batch: a process's parent-death signal follows the thread that started it.
+    let zygote = if prewarm && pairs.len() > 1 {
+        RefereeZygote::start(runtime, cfg.device)
+            .inspect_err(|error| tracing::warn!("referees start fresh: no referee zygote: {error}"))
+            .ok()
+    } else {
+        None
+    };
+    let prestart = Prestart {
+        warm_profiler: cfg.times(),
+        referees: zygote.as_ref(),
+        triton_seed: None,
+    };
     // The first attempt knows that others share the device; the retry alone does not.
     let shared_cfg = EvalConfig {
         device_shared: concurrent,
@@ -289,7 +304,7 @@ fn run_batch(
                     };
                     let current = warm.take();
                     if prewarm && more {
-                        warm = Workers::start(runtime, cfg)
+                        warm = Workers::spawn_with(runtime, cfg, &prestart)
                             .inspect_err(|e| tracing::warn!("cannot prestart workers: {e}"))
                             .ok();
                     }
