@@ -10,6 +10,7 @@
 
 mod control;
 mod gpu_lock;
+mod leftovers;
 mod options;
 mod pool;
 mod probe;
@@ -125,6 +126,8 @@ pub enum EngineError {
 
 /// The shortest stage deadline a near deadline leaves a candidate.
 const LEAST_STAGE_LIMIT: Duration = Duration::from_secs(1);
+/// How long a retry alone waits for the killed evaluations' processes to be gone.
+const SETTLE_WITHIN: Duration = Duration::from_secs(30);
 
 pub struct Engine {
     runtime: Runtime,
@@ -334,6 +337,18 @@ impl Engine {
             let first = result;
             cfg.device_shared = false;
             let alone = self.alone.write();
+            // Nothing else runs now, but the killed attempts may still be exiting.
+            let settled = self.reaper.settle(SETTLE_WITHIN)
+                && self
+                    .facts
+                    .uuid
+                    .as_deref()
+                    .is_none_or(|uuid| leftovers::wait_until_released(uuid, SETTLE_WITHIN));
+            if !settled {
+                tracing::warn!(
+                    "retrying alone while earlier evaluations' processes may still hold the device"
+                );
+            }
             let mut result = run(&cfg);
             drop(alone);
             note_retry(&mut result, &first);
