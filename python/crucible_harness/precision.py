@@ -78,12 +78,19 @@ def round_mantissa(torch, x, bits, mode):
 
 def operand(torch, value, bits=None, mode=None):
     """A floating-point tensor in float64 (rounded first when `bits` is given); anything else
-    unchanged."""
+    unchanged. Rounded a slice of `CHUNK` elements at a time straight into the float64 copy: the
+    rounding's integer temporaries never exist at full size (a full-size rounding took about
+    three fp32 copies of the operand at once, beside every other tensor of the measurement)."""
     if not isinstance(value, torch.Tensor) or not value.is_floating_point():
         return value
-    if bits is not None:
-        value = round_mantissa(torch, value, bits, mode)
-    return value.detach().to(torch.float64)
+    value = value.detach()
+    if bits is None:
+        return value.to(torch.float64)
+    out = torch.empty(value.shape, dtype=torch.float64, device=value.device)
+    flat_in, flat_out = value.contiguous().reshape(-1), out.reshape(-1)
+    for start in range(0, flat_in.numel(), CHUNK):
+        flat_out[start : start + CHUNK] = round_mantissa(torch, flat_in[start : start + CHUNK], bits, mode)
+    return out
 
 
 def model_in_float64(torch, model, bits=None, mode=None):
@@ -305,6 +312,8 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
             sums = emulation_sums(torch, ref64[j], got[j], expected[j], source[j], derived)
             n = SUMS_PER_EMULATION
             pending.extend((out, name, sums[n * k : n * (k + 1)]) for k, (name, _bits) in enumerate(derived))
+        # Let go of this forward's outputs before the next forward runs, not after it.
+        del source
     if pending:
         fetched = iter(torch.cat([sums for _out, _name, sums in pending]).tolist())
         for out, name, _sums in pending:

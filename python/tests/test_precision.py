@@ -135,3 +135,17 @@ def test_a_whole_measurement_fetches_twice_and_matches_the_measures_one_by_one(m
     assert measured == one_by_one
     # An fp16-rounded product: its error is the rn10 rounding's.
     assert measured["rn10"][1]["coefficient"] == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize(("bits", "mode"), [(10, "nearest"), (10, "truncate"), (7, "nearest")])
+def test_operands_rounded_slice_by_slice_are_rounded_as_a_whole(monkeypatch, bits, mode):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(9, 13, generator=g).t()  # not contiguous; 117 elements, not a multiple of 8
+    x[3, 4], x[0, 0] = math.inf, math.nan
+    monkeypatch.setattr(precision, "CHUNK", 8)
+    sliced = precision.operand(torch, x, bits, mode)
+    whole = precision.round_mantissa(torch, x, bits, mode).to(torch.float64)
+    assert sliced.dtype == torch.float64 and sliced.shape == x.shape
+    assert torch.equal(sliced.nan_to_num(), whole.nan_to_num())
+    assert torch.isnan(sliced[0, 0]) and sliced[3, 4] == math.inf
+    assert torch.equal(precision.operand(torch, x).nan_to_num(), x.double().nan_to_num())  # unrounded
