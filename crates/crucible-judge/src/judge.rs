@@ -19,7 +19,7 @@ use crate::error::InfraError;
 use crate::precision;
 use crate::process::{HarnessProcess, Spawn};
 use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
-use crate::runtime::{Runtime, harness_env, hex};
+use crate::runtime::{Runtime, harness_env, hex, triton_cache_dir};
 use crate::sandbox::Sandbox;
 use crate::triton_seed::TritonSeed;
 use crate::zygote::RefereeZygote;
@@ -721,8 +721,7 @@ impl Workers {
         let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
         let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
         if let Some(seed) = triton_seed
-            && let Some((_, cache)) = candidate_env.iter().find(|(k, _)| k == "TRITON_CACHE_DIR")
-            && let Err(error) = seed.plant(Path::new(cache))
+            && let Err(error) = seed.plant(&triton_cache_dir(candidate_dir.path()))
         {
             // Only a lost head start: the candidate process builds its own, as without a seed.
             tracing::warn!("cannot copy Triton's CUDA utilities for a candidate: {error}");

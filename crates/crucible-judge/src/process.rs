@@ -520,6 +520,14 @@ pub(crate) fn group_cpu_seconds(group: libc::pid_t) -> f64 {
     ticks as f64 / ticks_per_s as f64
 }
 
+/// Whether `pid` names no running process: gone, or ended and not yet waited for (a zombie).
+pub fn has_ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat_fields(&stat)?.first().map(|state| *state == "Z"))
+        .unwrap_or(true)
+}
+
 /// The fields of a /proc/PID/stat line from field 3 (the state) on.
 pub(crate) fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     // The command name (field 2) may hold spaces and parentheses: fields count from its end.
@@ -694,5 +702,21 @@ mod nice_tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(set_group_nice(group, 0).is_err(), "the group is gone");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_an_unused_pid_is_not() {
+        assert!(!has_ended(std::process::id()));
+        assert!(has_ended(u32::MAX - 1));
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        std::thread::sleep(Duration::from_millis(200)); // exited, not yet waited for: a zombie
+        assert!(has_ended(pid));
+        child.wait().unwrap();
     }
 }

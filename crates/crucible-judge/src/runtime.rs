@@ -177,6 +177,11 @@ fn write_harness(cache: &Path) -> Result<PathBuf, RuntimeError> {
     Ok(root)
 }
 
+/// The Triton cache of a harness process whose home (scratch directory) is `home`.
+pub(crate) fn triton_cache_dir(home: &Path) -> PathBuf {
+    home.join("triton")
+}
+
 /// The whole environment of a harness process (referee, candidate or audit), built from
 /// nothing: the caller's own environment never leaks into it.
 ///
@@ -204,7 +209,7 @@ pub(crate) fn harness_env(
         ("HOME".into(), home.display().to_string()),
         (
             "TRITON_CACHE_DIR".into(),
-            home.join("triton").display().to_string(),
+            triton_cache_dir(home).display().to_string(),
         ),
         ("TMPDIR".into(), home.display().to_string()),
         ("CRUCIBLE_DEVICE".into(), device.harness_name().to_string()),

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::device::Device;
-use crate::runtime::{Runtime, harness_env};
+use crate::runtime::{Runtime, harness_env, triton_cache_dir};
 
 /// The build: Triton's CUDA utilities, without touching the device.
 const BUILD: &str = "from triton.backends.nvidia.driver import CudaUtils; CudaUtils()";
@@ -51,11 +51,7 @@ impl TritonSeed {
             .tempdir()
             .map_err(|e| format!("a directory for it: {e}"))?;
         let env = harness_env(runtime, device, dir.path()).map_err(|e| e.to_string())?;
-        let cache = env
-            .iter()
-            .find(|(key, _)| key == "TRITON_CACHE_DIR")
-            .map(|(_, value)| PathBuf::from(value))
-            .ok_or("the harness environment names no Triton cache")?;
+        let cache = triton_cache_dir(dir.path());
         let mut child = Command::new(&runtime.python)
             .args(["-c", BUILD])
             .env_clear()

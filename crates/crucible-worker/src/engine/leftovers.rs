@@ -7,6 +7,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crucible_judge::process::has_ended;
+
 /// Waits (at most `limit`) until no process that has ended still holds memory on the GPU with
 /// this UUID, as `nvidia-smi` lists them. Returns whether none did; `false` also when
 /// `nvidia-smi` cannot say (nothing to wait on then).
@@ -16,7 +18,7 @@ pub fn wait_until_released(uuid: &str, limit: Duration) -> bool {
         let Some(holders) = holders(uuid) else {
             return false;
         };
-        if holders.iter().all(|&pid| alive(pid)) {
+        if !holders.iter().any(|&pid| has_ended(pid)) {
             return true;
         }
         if Instant::now() >= deadline {
@@ -49,17 +51,6 @@ fn holders_in(listing: &str, uuid: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` names a process that has not ended (a zombie has).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let (_, rest) = stat.rsplit_once(')')?;
-            rest.split_whitespace().next().map(|state| state != "Z")
-        })
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,16 +64,5 @@ mod tests {
             holders_in("No running processes found\n", "x"),
             Vec::<u32>::new()
         );
-    }
-
-    #[test]
-    fn this_process_is_alive_and_an_unused_pid_is_not() {
-        assert!(alive(std::process::id()));
-        assert!(!alive(u32::MAX - 1));
-        let mut child = Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        std::thread::sleep(Duration::from_millis(200)); // exited, not yet waited for: a zombie
-        assert!(!alive(pid));
-        child.wait().unwrap();
     }
 }

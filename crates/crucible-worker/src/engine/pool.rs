@@ -9,11 +9,9 @@
 //! told to start them fresh; candidate processes are always started fresh, in their sandbox.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-use std::sync::OnceLock;
 
 use crucible_judge::{EvalConfig, Prestart, RefereeZygote, Runtime, TritonSeed, Workers};
 

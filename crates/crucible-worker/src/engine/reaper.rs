@@ -60,11 +60,10 @@ impl Reaper {
         })
     }
 
-    /// Waits (at most `limit`) until every pair handed over before the call has been reaped:
-    /// its processes gone, and the device memory they held given back. A retry that runs
-    /// alone after running out of device memory starts only then; otherwise the killed
-    /// attempt's own processes may still hold what it needs (seen on an H200: a referee's
-    /// 108 GiB). Returns whether they were.
+    /// Waits (at most `limit`) until every pair handed over before the call has been reaped,
+    /// its processes gone. A retry that runs alone after running out of device memory starts
+    /// only then (and once the driver has their memory back, `super::leftovers`). Returns
+    /// whether they were.
     pub fn settle(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let (counts, changed) = &*self.progress;
@@ -108,18 +107,15 @@ impl Teardown for Reaper {
     fn retire(&self, workers: Workers) {
         let sender = self.sender.lock().ok().and_then(|s| s.clone());
         match sender {
-            Some(sender) => {
-                if let Ok(mut counts) = self.progress.0.lock() {
-                    counts.retired += 1;
-                }
-                if let Err(unsent) = sender.send(workers) {
-                    // The thread is gone: reaped here, and counted so nothing waits for it.
-                    drop(unsent.0);
+            // A send fails only when the thread is gone; the pair is then dropped here.
+            Some(sender) => match sender.send(workers) {
+                Ok(()) => {
                     if let Ok(mut counts) = self.progress.0.lock() {
-                        counts.reaped += 1;
+                        counts.retired += 1;
                     }
                 }
-            }
+                Err(unsent) => drop(unsent.0),
+            },
             None => drop(workers),
         }
     }
