@@ -22,21 +22,41 @@ use sha2::{Digest, Sha256};
 
 use crate::runtime::hex;
 
-/// Marks a directory whose packages were compiled.
-const PACKAGES_STAMP: &str = ".complete";
-
 /// Compiles, in a process pool, the harness (`argv[1]`) and, unless `argv[2]` is `harness`,
-/// every module of the packages harness processes import, found without importing them.
+/// every module of the packages harness processes import, found without importing them. With
+/// `PYTHONPYCACHEPREFIX` set, Python reads bytecode only under the prefix, never from the
+/// `__pycache__` directories an install ships, so the standard library is compiled here too,
+/// and so are the packages torch imports later: the profiler's first start imports sympy and
+/// mpmath (470 modules; measured on an H200, 2.5 of that start's 3.7 CPU-seconds were
+/// `compile`, `scripts/probe/profiler_first_start.py`). torch, triton, numpy and the harness
+/// must compile; the rest is best effort (a file that does not compile is compiled, or fails,
+/// at its import as before).
 const COMPILE: &str = r#"
-import compileall, importlib.util, sys
-dirs = [sys.argv[1]]
-for name in () if sys.argv[2] == "harness" else ("torch", "triton", "numpy"):
+import compileall, importlib.util, re, sys, sysconfig
+def compile_package(name):
     spec = importlib.util.find_spec(name)
-    if spec is not None and spec.submodule_search_locations:
-        dirs.extend(spec.submodule_search_locations)
-ok = all(compileall.compile_dir(d, quiet=2, workers=0) for d in dirs)
+    if spec is None:
+        return True
+    if spec.submodule_search_locations:
+        return all(compileall.compile_dir(d, quiet=2, workers=0) for d in spec.submodule_search_locations)
+    if spec.origin and spec.origin.endswith(".py"):
+        return compileall.compile_file(spec.origin, quiet=2)
+    return True
+ok = compileall.compile_dir(sys.argv[1], quiet=2, workers=0)
+if sys.argv[2] != "harness":
+    ok = all([compile_package(name) for name in ("torch", "triton", "numpy")]) and ok
+    skip = re.compile(r"/(test|tests|idlelib|tkinter|turtledemo|lib2to3|ensurepip|site-packages|dist-packages)/")
+    compileall.compile_dir(sysconfig.get_paths()["stdlib"], quiet=2, workers=0, rx=skip)
+    for name in ("sympy", "mpmath", "torchgen", "typing_extensions", "_distutils_hack"):
+        compile_package(name)
 sys.exit(0 if ok else 1)
 "#;
+
+/// Marks a directory whose packages were compiled, by what compiled them: a directory made
+/// by an earlier `COMPILE` (fewer packages) is made again.
+fn packages_stamp() -> String {
+    format!(".complete-{}", hex(&Sha256::digest(COMPILE)[..8]))
+}
 
 /// The bytecode directory for `python`, with the packages and `harness_root` compiled now if
 /// they are not there yet; `None` if it cannot be made. One directory per interpreter: a new
@@ -44,7 +64,7 @@ sys.exit(0 if ok else 1)
 pub(crate) fn prepare(cache: &Path, python: &Path, harness_root: &Path) -> Option<PathBuf> {
     let dir = cache.join(format!("bytecode-{}", key(python)));
     let harness_stamp = harness_stamp(harness_root);
-    if dir.join(PACKAGES_STAMP).exists() && dir.join(&harness_stamp).exists() {
+    if dir.join(packages_stamp()).exists() && dir.join(&harness_stamp).exists() {
         return Some(dir);
     }
     match compile_once(cache, &dir, python, harness_root, &harness_stamp) {
@@ -89,7 +109,7 @@ fn compile_once(
     std::fs::create_dir_all(cache)?;
     let lock = File::create(dir.with_extension("lock"))?;
     lock.lock()?;
-    if dir.join(PACKAGES_STAMP).exists() {
+    if dir.join(packages_stamp()).exists() {
         if !dir.join(harness_stamp).exists() {
             compile(python, harness_root, dir, "harness")?;
             File::create(dir.join(harness_stamp))?;
@@ -101,7 +121,7 @@ fn compile_once(
         .tempdir_in(cache)?;
     compile(python, harness_root, staging.path(), "all")?;
     File::create(staging.path().join(harness_stamp))?;
-    File::create(staging.path().join(PACKAGES_STAMP))?;
+    File::create(staging.path().join(packages_stamp()))?;
     let staged = staging.keep();
     let _ = std::fs::remove_dir_all(dir);
     std::fs::rename(&staged, dir)
@@ -145,7 +165,8 @@ mod tests {
     }
 
     /// A second harness adds its bytecode to the interpreter's directory; the packages are not
-    /// compiled again. (The system `python3` has no torch: only the harnesses are compiled.)
+    /// compiled again. (The system `python3` has no torch: only the harnesses and the standard
+    /// library are compiled.)
     #[test]
     fn a_new_harness_is_compiled_into_the_same_directory() {
         let cache = tempfile::tempdir().expect("temp dir");
@@ -175,6 +196,25 @@ mod tests {
                 .any(|e| e.file_name().to_string_lossy().starts_with("module."));
             assert!(compiled, "no bytecode for {}", root.display());
         }
+        // The standard library too: under a prefix Python ignores the install's own bytecode.
+        let stdlib = Command::new(python)
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['stdlib'])",
+            ])
+            .output()
+            .expect("the standard library's path");
+        let stdlib = String::from_utf8_lossy(&stdlib.stdout).trim().to_string();
+        let json = dir.join(stdlib.trim_start_matches('/')).join("json");
+        let compiled = std::fs::read_dir(&json)
+            .unwrap_or_else(|e| panic!("no bytecode for {}: {e}", json.display()))
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with("decoder."));
+        assert!(
+            compiled,
+            "no bytecode for json.decoder in {}",
+            json.display()
+        );
         let dirs = std::fs::read_dir(cache.path())
             .expect("cache")
             .filter_map(Result::ok)
