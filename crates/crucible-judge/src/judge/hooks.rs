@@ -33,6 +33,15 @@ pub trait TimedPhaseGate: Send + Sync + Debug {
     /// Blocks while another evaluation times (and, so that timed phases are not starved, while
     /// one waits to); the untimed work ends when the guard is dropped.
     fn share(&self) -> TimedPhaseGuard;
+
+    /// A share for untimed work that needs a large part of the device's memory (the precision
+    /// measurement of a task with gigabyte outputs): besides what `share` waits for, it waits
+    /// while another such share is held, so no two of them together run the device out of
+    /// memory. Two 23_Softmax measurements at once (about 60 GB each on an H200) did, and the
+    /// engine's retry alone of the one that lost stalled every other evaluation.
+    fn share_large(&self) -> TimedPhaseGuard {
+        self.share()
+    }
 }
 
 /// Everything a reference timing depends on besides the trusted referee's own code. Timings

@@ -86,6 +86,33 @@ fn untimed_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
     eval.cfg.timed_phases.as_ref().map(|gate| gate.share())
 }
 
+/// The precision measurement's device memory above the kept trial, per output element: it
+/// peaked at 6.0 times a float32 output's bytes (6.5 reserved by torch's allocator) for a
+/// KernelBench 23_Softmax on an H200 (`scripts/probe/precision_memory.py`), three float64
+/// copies; with a margin for references that keep more intermediates.
+const PRECISION_BYTES_PER_ELEMENT: u64 = 36;
+
+/// Untimed device work estimated at this many bytes or more takes the gate's large share
+/// ([`super::TimedPhaseGate::share_large`]): one at a time on a device.
+const LARGE_DEVICE_WORK_BYTES: u64 = 16 << 30;
+
+/// The share for the precision measurement of trial 0's outputs: large ones one at a time.
+fn precision_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
+    let elements: u64 = eval.trials.first().map_or(0, |trial| {
+        trial.outputs.iter().map(|output| output.numel).sum()
+    });
+    let gate = eval.cfg.timed_phases.as_ref()?;
+    Some(if precision_work_is_large(elements) {
+        gate.share_large()
+    } else {
+        gate.share()
+    })
+}
+
+fn precision_work_is_large(output_elements: u64) -> bool {
+    output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT) >= LARGE_DEVICE_WORK_BYTES
+}
+
 /// The timed processes' CPU priority for as long as it lives (`TimingConfig::nice`), then
 /// the judge's own again.
 struct TimedPriority {
@@ -413,7 +440,7 @@ impl Session {
             let mut attempts = 1;
             loop {
                 let measured: MeasurePrecisionReply = {
-                    let _gpu = untimed_gpu_work(eval);
+                    let _gpu = precision_gpu_work(eval);
                     referee_call(referee, &request, limit * 2)?
                 };
                 // Beside other evaluations a shortage often passes (their float64 copies and
@@ -785,4 +812,19 @@ fn incorrect(eval: &Evaluation<'_>, stage: String) -> Stop {
         stage,
         message,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_gigabyte_outputs_make_the_precision_measurement_large() {
+        // KernelBench 23_Softmax: 4096 x 393216 float32 outputs (6.4 GB), about 60 GB measured.
+        assert!(precision_work_is_large(4096 * 393_216));
+        // A 64 MB output, and the builtin tasks' at full size, measure beside each other.
+        assert!(!precision_work_is_large(16 << 20));
+        assert!(!precision_work_is_large(0));
+        assert!(precision_work_is_large(u64::MAX));
+    }
 }

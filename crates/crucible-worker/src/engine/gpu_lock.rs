@@ -91,7 +91,11 @@ impl GpuLock {
     /// Blocks while a timed phase holds the GPU or waits for it; then holds a share of it,
     /// beside other untimed work, until the guard drops.
     pub fn share(&self) -> Held {
-        let asked = Instant::now();
+        self.share_asked_at(Instant::now())
+    }
+
+    /// [`GpuLock::share`], its wait counted from `asked`.
+    fn share_asked_at(&self, asked: Instant) -> Held {
         // The slot first: a share waiting for one holds nothing a timed phase waits for.
         let slot = self.slot().unwrap_or_else(|error| {
             // Costs only the limit, never the exclusion of timed phases.
@@ -110,6 +114,29 @@ impl GpuLock {
         });
         let mut held = self.held(file, asked, Mode::Shared);
         held.slot = slot;
+        held
+    }
+
+    /// Like [`GpuLock::share`], after taking this GPU's large-memory file exclusively: at most
+    /// one such share at a time, across threads and processes. Taken first, like a slot, so a
+    /// share waiting for it holds nothing a timed phase or another share waits for.
+    pub fn share_large(&self) -> Held {
+        let asked = Instant::now();
+        let large = open(&self.path.with_extension("large")).and_then(|file| {
+            file.lock()?;
+            Ok(file)
+        });
+        let large = large
+            .inspect_err(|error| {
+                // Costs only the bound on memory, never the exclusion of timed phases.
+                tracing::warn!(
+                    "cannot take the large-memory claim beside {} ({error})",
+                    self.path.display()
+                );
+            })
+            .ok();
+        let mut held = self.share_asked_at(asked);
+        held.large = large;
         held
     }
 
@@ -161,6 +188,7 @@ impl GpuLock {
         Held {
             file,
             slot: None,
+            large: None,
             entered,
             mode,
             probe: self.probe.clone(),
@@ -193,6 +221,8 @@ pub struct Held {
     file: Option<File>,
     /// The slot this share holds, where shares are limited.
     slot: Option<File>,
+    /// The large-memory claim ([`GpuLock::share_large`]).
+    large: Option<File>,
     entered: Instant,
     mode: Mode,
     probe: Option<Probe>,
@@ -221,6 +251,9 @@ impl Drop for Held {
         if let Some(slot) = self.slot.take() {
             let _ = slot.unlock();
         }
+        if let Some(large) = self.large.take() {
+            let _ = large.unlock();
+        }
     }
 }
 
@@ -235,6 +268,10 @@ impl TimedPhaseGate for Gate {
 
     fn share(&self) -> TimedPhaseGuard {
         Box::new(self.0.share())
+    }
+
+    fn share_large(&self) -> TimedPhaseGuard {
+        Box::new(self.0.share_large())
     }
 }
 
@@ -373,5 +410,34 @@ mod tests {
             .max()
             .unwrap_or(0);
         assert_eq!(most, 2, "shares at once");
+    }
+
+    /// A large share waits for another large one (here held by a second lock on the same
+    /// files, as another worker process would hold it), never for ordinary shares, which run
+    /// beside it.
+    #[test]
+    fn large_shares_take_turns_and_ordinary_shares_pass() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, _) = lock_with_log(dir.path());
+        let (other, _) = lock_with_log(dir.path());
+        let first = lock.share_large();
+        let entered = Arc::new(AtomicBool::new(false));
+        let second = {
+            let entered = Arc::clone(&entered);
+            std::thread::spawn(move || {
+                let held = other.share_large();
+                entered.store(true, Ordering::SeqCst);
+                drop(held);
+            })
+        };
+        // An ordinary share returns while the first large one is held...
+        drop(lock.share());
+        std::thread::sleep(Duration::from_millis(200));
+        // ...the second large one does not.
+        assert!(!entered.load(Ordering::SeqCst), "two large shares at once");
+        drop(first);
+        second.join().expect("second large share");
+        assert!(entered.load(Ordering::SeqCst));
     }
 }
