@@ -434,13 +434,17 @@ class Candidate:
         return {"problem": problem}
 
     def time_batch(self, msg):
-        """`count` forwards back to back on the timed inputs, then one synchronize: the judge
-        times this request from outside, as a witness the candidate cannot edit (timing.rs)."""
+        """`count` forwards back to back on the timed inputs, then one synchronize (or one
+        after each forward, `synchronize_each`): the judge times this request from outside, as
+        a witness the candidate cannot edit (timing.rs)."""
         inputs, _slots = self.timed
-        with self.torch.no_grad():
+        torch, device, each = self.torch, self.device, msg["synchronize_each"]
+        with torch.no_grad():
             for _ in range(msg["count"]):
                 self.model(*inputs)
-        common.sync(self.torch, self.device)
+                if each:
+                    common.sync(torch, device)
+        common.sync(torch, device)
         return {}
 
     def profile(self, msg):

@@ -828,6 +828,7 @@ mod tests {
             profiled_busy_ms: None,
             outside_forward_ms: None,
             outside_batch_forwards: None,
+            synced_forward_ms: None,
             reference_matched: Some(stats(0.2)),
             reference_matched_class: Some(PrecisionClass::Fp16),
         };

@@ -157,8 +157,13 @@ pub(crate) enum CandidateRequest {
     },
     /// Copy the kept output into the slots.
     TimeDeliver { stage: String },
-    /// `count` forwards back to back, then one synchronize (timed from outside).
-    TimeBatch { stage: String, count: u32 },
+    /// `count` forwards back to back, then one synchronize (timed from outside); with
+    /// `synchronize_each`, a synchronize after every forward, as in a timed iteration.
+    TimeBatch {
+        stage: String,
+        count: u32,
+        synchronize_each: bool,
+    },
     /// Start the profiler once (CUPTI's start-up), so the profile stage does not pay it while
     /// the GPU is held exclusively; about a millisecond where it already ran.
     StartProfiler { stage: String },

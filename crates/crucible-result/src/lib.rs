@@ -292,6 +292,11 @@ pub struct Timing {
     /// Forwards per outside-timed batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside_batch_forwards: Option<u32>,
+    /// Witness: the least outside cost of one forward followed by a device synchronize, from
+    /// batches timed by the judge like `outside_forward_ms`: what a timed iteration's window
+    /// holds, launch and synchronize included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synced_forward_ms: Option<f64>,
     /// The reference timed a second time at the candidate's measured precision class
     /// (`reference_matched_class`), with the same inputs, warmup, iterations and L2 flush; only
     /// when that class differs from the reference's own.

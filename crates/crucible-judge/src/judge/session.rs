@@ -31,6 +31,8 @@ const PROFILED_FORWARDS: u32 = 3;
 /// Outside-timed batches of back-to-back forwards, and the length each aims at (at most).
 const OUTSIDE_BATCHES: u32 = 3;
 const OUTSIDE_BATCH_TARGET_MS: f64 = 60.0;
+/// The synchronized batches' length: each forward waits for the device there, so fewer fit.
+const SYNCED_BATCH_TARGET_MS: f64 = 30.0;
 
 /// Runs every stage after the static verifier. Timing and profile land in `eval` as they are
 /// measured, so a later stage's failure keeps them.
@@ -154,6 +156,8 @@ struct TimedPhase {
     phase_wall_s: f64,
     /// The outside witness: ms per back-to-back forward, and forwards per batch.
     outside: Option<(f64, u32)>,
+    /// The synchronized witness: ms per forward followed by a device synchronize.
+    synced: Option<f64>,
     payload: String,
     delivered_problem: Option<String>,
 }
@@ -552,13 +556,15 @@ impl Session {
             };
             let delivered: TimeDeliverReply = candidate_call(candidate, "timing", &deliver, limit)?;
             let iteration_ms = phase_wall_s * 1e3 / f64::from(timed.iters + timed.warmup);
-            let outside = outside_forward(candidate, limit, iteration_ms)?;
+            let outside = outside_forward(candidate, limit, iteration_ms, false)?;
+            let synced = outside_forward(candidate, limit, iteration_ms, true)?;
             Ok(TimedPhase {
                 reference,
                 matched,
                 claimed_ms: claimed.samples_ms,
                 phase_wall_s,
                 outside,
+                synced: synced.map(|(ms, _)| ms),
                 payload: prepared.payload,
                 delivered_problem: delivered.problem,
             })
@@ -635,6 +641,7 @@ impl Session {
             candidate_phase_s: phase.phase_wall_s,
             profiled_busy_ms,
             outside_forward_ms: phase.outside.map(|(ms, _)| ms),
+            synced_forward_ms: phase.synced,
             io_bytes: phase.reference.io_bytes,
             device_name: eval.env.device_name.as_deref().unwrap_or(""),
         }));
@@ -656,6 +663,7 @@ impl Session {
             profiled_busy_ms,
             outside_forward_ms: phase.outside.map(|(ms, _)| ms),
             outside_batch_forwards: phase.outside.map(|(_, count)| count),
+            synced_forward_ms: phase.synced,
             reference_matched: phase
                 .matched
                 .as_ref()
@@ -705,20 +713,28 @@ impl Session {
 }
 
 /// The outside witness of one forward's cost (ms) and the batch size it used: batches of
-/// back-to-back forwards on the timed inputs, each timed here around its request, less the
-/// cost of an empty request; the least of several, since host noise only adds time.
+/// back-to-back forwards on the timed inputs (with `synchronize_each`, each followed by a
+/// device synchronize), each timed here around its request, less the cost of an empty
+/// request; the least of several, since host noise only adds time.
 fn outside_forward(
     candidate: &mut crate::process::HarnessProcess,
     limit: std::time::Duration,
     iteration_ms: f64,
+    synchronize_each: bool,
 ) -> Result<Option<(f64, u32)>, Stop> {
-    let count = batch_count(iteration_ms, OUTSIDE_BATCH_TARGET_MS);
+    let target_ms = if synchronize_each {
+        SYNCED_BATCH_TARGET_MS
+    } else {
+        OUTSIDE_BATCH_TARGET_MS
+    };
+    let count = batch_count(iteration_ms, target_ms);
     let mut least_ms = |count: u32| -> Result<f64, Stop> {
         let mut least = f64::INFINITY;
         for _ in 0..OUTSIDE_BATCHES {
             let request = CandidateRequest::TimeBatch {
                 stage: "timing".into(),
                 count,
+                synchronize_each,
             };
             let started = Instant::now();
             candidate_call::<Done>(candidate, "timing", &request, limit)?;
