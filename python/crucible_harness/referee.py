@@ -109,7 +109,10 @@ class Referee:
             )
         self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
-        return {"payload": payload}
+        held = [*inputs, *pristine, *expected, *(slot for slot, _ in slots)]
+        # What this trial holds, so the judge can keep two large trials apart on one device.
+        tensor_bytes = sum(x.numel() * x.element_size() for x in held if isinstance(x, torch.Tensor))
+        return {"payload": payload, "tensor_bytes": tensor_bytes}
 
     def _slot_value(self, slot, desc):
         if desc["kind"] == "shm":

@@ -44,6 +44,11 @@ def test_prepare_shares_the_drawn_inputs_and_nan_slots(ref, tmp_path):
     assert slots[0].isnan().all()
 
 
+def test_prepare_reports_the_bytes_the_trial_holds(ref):
+    # The inputs, their pristine copy, the expected outputs and the slots: 6 x 16 float32 each.
+    assert ref.prepare({"trial": "trial_0", "seed": 5})["tensor_bytes"] == 4 * 6 * 16 * 4
+
+
 def test_an_honest_candidate_passes(ref, tmp_path):
     path = write(
         tmp_path / "honest.py",

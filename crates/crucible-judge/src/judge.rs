@@ -187,6 +187,10 @@ pub struct EvalConfig {
     /// once): running out of device memory where that is not the candidate's doing is then an
     /// `infra_error` the caller can retry alone, not a property of the task.
     pub device_shared: bool,
+    /// Untimed device work estimated at this many bytes or more takes the gate's large share
+    /// ([`TimedPhaseGate::share_large`]): a precision measurement, and the trials once one
+    /// trial's tensors reach it. 16 GiB by default (sized on an H200's 141 GB).
+    pub large_work_bytes: u64,
 }
 
 impl EvalConfig {
@@ -210,6 +214,7 @@ impl EvalConfig {
             stage_observer: None,
             abort: None,
             device_shared: false,
+            large_work_bytes: 16 << 30,
         }
     }
 
@@ -309,6 +314,9 @@ struct Evaluation<'a> {
     profile: Option<Profile>,
     /// Measured on trial 0's inputs once every trial passed.
     precision: Option<Precision>,
+    /// A trial's tensors reached the large-work size: the rest of the evaluation's untimed
+    /// device work takes the gate's large share (see `session::trial_work_is_large`).
+    large_device_work: bool,
 }
 
 impl Evaluation<'_> {
@@ -445,6 +453,7 @@ impl<'a> Evaluation<'a> {
             timing: None,
             profile: None,
             precision: None,
+            large_device_work: false,
         }
     }
 }

@@ -220,6 +220,9 @@ pub(crate) struct InitReply {
 pub(crate) struct PrepareReply {
     /// Descriptors of the shared inputs and slots, pickled and base64-encoded.
     pub payload: String,
+    /// Bytes of the tensors the referee holds for the trial: the inputs, their pristine copy,
+    /// the expected outputs and the output slots.
+    pub tensor_bytes: u64,
 }
 
 /// Error statistics of one output against the expected one.

@@ -35,7 +35,8 @@ pub trait TimedPhaseGate: Send + Sync + Debug {
     fn share(&self) -> TimedPhaseGuard;
 
     /// A share for untimed work that needs a large part of the device's memory (the precision
-    /// measurement of a task with gigabyte outputs): besides what `share` waits for, it waits
+    /// measurement of a task with gigabyte outputs, the trials of a task with gigabyte
+    /// tensors): besides what `share` waits for, it waits
     /// while another such share is held, so no two of them together run the device out of
     /// memory. Two 23_Softmax measurements at once (about 60 GB each on an H200) did, and the
     /// engine's retry alone of the one that lost stalled every other evaluation.

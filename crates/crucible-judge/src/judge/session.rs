@@ -83,9 +83,14 @@ const SHARED_OOM_PAUSES: [Duration; 3] = [
 ];
 
 /// A shared claim on the device for untimed work (see [`super::TimedPhaseGate::share`]), when
-/// the evaluation has a gate.
+/// the evaluation has a gate; the large share once a trial showed the evaluation's work large.
 fn untimed_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
-    eval.cfg.timed_phases.as_ref().map(|gate| gate.share())
+    let gate = eval.cfg.timed_phases.as_ref()?;
+    Some(if eval.large_device_work {
+        gate.share_large()
+    } else {
+        gate.share()
+    })
 }
 
 /// The precision measurement's device memory above the kept trial, per output element: it
@@ -94,25 +99,31 @@ fn untimed_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
 /// copies; with a margin for references that keep more intermediates.
 const PRECISION_BYTES_PER_ELEMENT: u64 = 36;
 
-/// Untimed device work estimated at this many bytes or more takes the gate's large share
-/// ([`super::TimedPhaseGate::share_large`]): one at a time on a device.
-const LARGE_DEVICE_WORK_BYTES: u64 = 16 << 30;
-
 /// The share for the precision measurement of trial 0's outputs: large ones one at a time.
 fn precision_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
     let elements: u64 = eval.trials.first().map_or(0, |trial| {
         trial.outputs.iter().map(|output| output.numel).sum()
     });
     let gate = eval.cfg.timed_phases.as_ref()?;
-    Some(if precision_work_is_large(elements) {
-        gate.share_large()
-    } else {
-        gate.share()
-    })
+    Some(
+        if eval.large_device_work || precision_work_is_large(elements, eval.cfg.large_work_bytes) {
+            gate.share_large()
+        } else {
+            gate.share()
+        },
+    )
 }
 
-fn precision_work_is_large(output_elements: u64) -> bool {
-    output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT) >= LARGE_DEVICE_WORK_BYTES
+fn precision_work_is_large(output_elements: u64, large_work_bytes: u64) -> bool {
+    output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT) >= large_work_bytes
+}
+
+/// Whether a trial whose referee holds `tensor_bytes` (`PrepareReply::tensor_bytes`) makes the
+/// evaluation's device work large. The candidate's forward adds its own intermediates on top.
+/// On an H200, KernelBench's 23_Softmax (25.6 GB here) ran the device out of memory in trials
+/// beside two or three other softmax evaluations, and the engine retried them alone.
+fn trial_work_is_large(tensor_bytes: u64, large_work_bytes: u64) -> bool {
+    tensor_bytes >= large_work_bytes
 }
 
 /// The timed processes' CPU priority for as long as it lives (`TimingConfig::nice`), then
@@ -300,7 +311,7 @@ impl Session {
     /// while the candidate is frozen.
     fn trial(
         &mut self,
-        eval: &Evaluation<'_>,
+        eval: &mut Evaluation<'_>,
         stage: &str,
         seed: u64,
         keep: bool,
@@ -317,6 +328,10 @@ impl Session {
             let _gpu = untimed_gpu_work(eval);
             referee_call(referee, &prepare, limit)?
         };
+        // From here on, a large trial's work keeps apart from other large work on the device
+        // (prepare already ran under an ordinary share: nothing told its size before).
+        eval.large_device_work |=
+            trial_work_is_large(prepared.tensor_bytes, eval.cfg.large_work_bytes);
         // The repeat (`against_kept`) runs with autograd on, unlike the trials: a candidate
         // that does its own work in only one grad mode shows there.
         let run = CandidateRequest::Run {
@@ -834,13 +849,29 @@ fn incorrect(eval: &Evaluation<'_>, stage: String) -> Stop {
 mod tests {
     use super::*;
 
+    /// The default size of large work.
+    fn large() -> u64 {
+        super::super::EvalConfig::new(crate::Device::Cpu).large_work_bytes
+    }
+
     #[test]
     fn only_gigabyte_outputs_make_the_precision_measurement_large() {
         // KernelBench 23_Softmax: 4096 x 393216 float32 outputs (6.4 GB), about 60 GB measured.
-        assert!(precision_work_is_large(4096 * 393_216));
+        assert!(precision_work_is_large(4096 * 393_216, large()));
         // A 64 MB output, and the builtin tasks' at full size, measure beside each other.
-        assert!(!precision_work_is_large(16 << 20));
-        assert!(!precision_work_is_large(0));
-        assert!(precision_work_is_large(u64::MAX));
+        assert!(!precision_work_is_large(16 << 20, large()));
+        assert!(!precision_work_is_large(0, large()));
+        assert!(precision_work_is_large(u64::MAX, large()));
+    }
+
+    #[test]
+    fn a_softmax_trial_at_kernelbench_size_is_large_work() {
+        // 23_Softmax: a 4096 x 393216 float32 input and output, each with its copy or slot.
+        let softmax_trial = 4 * 4096 * 393_216 * 4;
+        assert!(trial_work_is_large(softmax_trial, large()));
+        // 8_Matmul's irregular shapes: three matrices of a few hundred megabytes at most.
+        let matmul_trial = 2 * (8205 * 2949 + 2949 * 5921) * 4 + 2 * 8205 * 5921 * 4;
+        assert!(!trial_work_is_large(matmul_trial, large()));
+        assert!(!trial_work_is_large(0, large()));
     }
 }

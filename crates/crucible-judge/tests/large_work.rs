@@ -1,0 +1,139 @@
+//! Large device work keeps apart: once a trial's referee reports tensors of the large-work size
+//! (`EvalConfig::large_work_bytes`), the rest of that trial and every later untimed claim on the
+//! device is the gate's large share. Real harness processes on the CPU, with a gate that records
+//! which stage took which kind of claim; the size is lowered to what a CPU trial holds.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crucible_judge::{
+    Device, EvalConfig, Runtime, StageLimits, StageObserver, TimedPhaseGate, TimedPhaseGuard,
+    evaluate,
+};
+use crucible_result::Verdict;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Share,
+    Large,
+}
+
+/// The current stage (told by the judge as a stage observer) and each claim taken in it.
+#[derive(Debug, Default)]
+struct Recorder {
+    stage: Mutex<String>,
+    claims: Mutex<Vec<(String, Claim)>>,
+}
+
+impl Recorder {
+    fn record(&self, claim: Claim) -> TimedPhaseGuard {
+        let stage = self.stage.lock().unwrap().clone();
+        self.claims.lock().unwrap().push((stage, claim));
+        Box::new(())
+    }
+}
+
+impl StageObserver for Recorder {
+    fn stage_started(&self, name: &str) {
+        *self.stage.lock().unwrap() = name.to_string();
+    }
+}
+
+impl TimedPhaseGate for Recorder {
+    fn enter(&self) -> TimedPhaseGuard {
+        Box::new(())
+    }
+
+    fn share(&self) -> TimedPhaseGuard {
+        self.record(Claim::Share)
+    }
+
+    fn share_large(&self) -> TimedPhaseGuard {
+        self.record(Claim::Large)
+    }
+}
+
+/// What a trial of the relu fixture holds at its small size: an 8 x 100 float32 input, its
+/// pristine copy, the expected output and the output slot.
+const TRIAL_BYTES: u64 = 4 * 8 * 100 * 4;
+
+/// The claims of one honest relu evaluation with large work from `large_work_bytes` on.
+fn claims(large_work_bytes: u64) -> Option<Vec<(String, Claim)>> {
+    let runtime = match Runtime::discover() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
+            return None;
+        }
+    };
+    let recorder = Arc::new(Recorder::default());
+    let mut cfg = EvalConfig::new(Device::Cpu);
+    cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(120));
+    cfg.trials = 2;
+    cfg.timed_phases = Some(recorder.clone());
+    cfg.stage_observer = Some(recorder.clone());
+    cfg.large_work_bytes = large_work_bytes;
+    let (task, candidate) = (fixture("task_relu.py"), fixture("honest_relu.py"));
+    let result = evaluate(
+        &runtime,
+        &task,
+        &std::fs::read(&task).unwrap(),
+        &candidate,
+        &std::fs::read(&candidate).unwrap(),
+        &cfg,
+    );
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    let claims = recorder.claims.lock().unwrap().clone();
+    Some(claims)
+}
+
+#[test]
+fn a_large_trial_takes_the_large_share_from_its_run_on() {
+    let Some(claims) = claims(TRIAL_BYTES) else {
+        return;
+    };
+    // A claim is taken just before its stage is told, so it carries the name of the stage
+    // before. The ordinary ones: the reference, the load and trial 0's prepare, which told the
+    // size; from trial 0's run on, only large ones.
+    let first_large = claims
+        .iter()
+        .position(|(_, claim)| *claim == Claim::Large)
+        .expect("a large share");
+    assert_eq!(first_large, 3, "{claims:?}");
+    assert_eq!(claims[first_large].0, "trial_0", "{claims:?}");
+    assert!(
+        claims[first_large..]
+            .iter()
+            .all(|(_, claim)| *claim == Claim::Large),
+        "{claims:?}"
+    );
+    for stage in ["trial_1", "repeat", "precision"] {
+        assert!(
+            claims.iter().any(|(s, _)| s == stage),
+            "no claim in {stage}: {claims:?}"
+        );
+    }
+}
+
+#[test]
+fn below_the_size_trials_share_and_the_precision_measurement_goes_by_its_own_estimate() {
+    let Some(claims) = claims(TRIAL_BYTES + 1) else {
+        return;
+    };
+    // 36 bytes per output element: 28,800 for the 800 outputs, above the size, so the
+    // precision measurement alone is large.
+    let large: Vec<&str> = claims
+        .iter()
+        .filter(|(_, claim)| *claim == Claim::Large)
+        .map(|(stage, _)| stage.as_str())
+        .collect();
+    assert_eq!(large, ["precision"], "{claims:?}");
+    assert!(claims.iter().any(|(s, _)| s == "repeat"), "{claims:?}");
+}
