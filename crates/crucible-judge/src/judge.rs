@@ -189,8 +189,16 @@ pub struct EvalConfig {
     pub device_shared: bool,
     /// Untimed device work estimated at this many bytes or more takes the gate's large share
     /// ([`TimedPhaseGate::share_large`]): a precision measurement, and the trials once one
-    /// trial's tensors reach it. 16 GiB by default (sized on an H200's 141 GB).
+    /// trial's tensors reach it. 16 GiB by default; a service engine sets it from the GPU's
+    /// memory ([`large_work_bytes_for`]).
     pub large_work_bytes: u64,
+}
+
+/// The large-work size for a device with `memory_bytes`: an eighth of it (about 17 GiB on an
+/// H200's 139 GiB, where two 23_Softmax precision measurements of about 60 GB each, or three of its
+/// 25.6 GB trials beside their kept trials, ran the device out of memory).
+pub fn large_work_bytes_for(memory_bytes: u64) -> u64 {
+    memory_bytes / 8
 }
 
 impl EvalConfig {
@@ -898,5 +906,17 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 6);
         assert!(all.iter().all(|s| *s < 1 << 53));
+    }
+
+    #[test]
+    fn an_h200_keeps_23_softmax_apart_and_matmuls_together() {
+        // An H200 as lent here: about 139 GiB.
+        let h200 = large_work_bytes_for(139 << 30);
+        let softmax_trial = 4 * 4096 * 393_216 * 4;
+        assert!(softmax_trial >= h200);
+        let matmul_trial = 2 * (8205 * 2949 + 2949 * 5921) * 4 + 2 * 8205 * 5921 * 4;
+        assert!(matmul_trial < h200);
+        // A 40 GB card keeps a 5 GB trial apart.
+        assert!(large_work_bytes_for(40 << 30) <= 5 << 30);
     }
 }

@@ -260,6 +260,8 @@ pub struct DeviceFacts {
     pub uuid: Option<String>,
     /// `domain:bus:device` of the GPU.
     pub pci_bus_id: Option<String>,
+    /// The GPU's memory in bytes, as torch reports it (`None` on the CPU).
+    pub memory_bytes: Option<u64>,
 }
 
 /// Asks a harness interpreter, set up exactly as the referee's is, about `device`.
@@ -274,9 +276,10 @@ from crucible_harness import common
 device = os.environ.get("CRUCIBLE_DEVICE", "cpu")
 info = common.env_info(torch, device)
 facts = {k: info[k] for k in ("torch", "triton", "cuda", "python", "device_name", "driver")}
-facts["uuid"] = facts["pci_bus_id"] = None
+facts["uuid"] = facts["pci_bus_id"] = facts["memory_bytes"] = None
 if device.startswith("cuda"):
     props = torch.cuda.get_device_properties(0)
+    facts["memory_bytes"] = props.total_memory
     # Whatever this torch exposes; a missing identity only means a lock keyed by the index.
     try:
         facts["uuid"] = str(props.uuid) or None

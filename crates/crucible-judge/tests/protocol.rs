@@ -47,8 +47,8 @@ fn runtime_with_a_broken_referee(dir: &Path) -> Runtime {
         let mut text = std::fs::read_to_string(&path).unwrap_or_default();
         if path.file_name().is_some_and(|n| n == "referee.py") {
             let renamed = text.replace(
-                r#"return {"payload": payload}"#,
-                r#"return {"pay_load": payload}"#,
+                r#"return {"payload": payload,"#,
+                r#"return {"pay_load": payload,"#,
             );
             assert_ne!(
                 renamed, text,

@@ -184,6 +184,9 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| EvalConfig::new(device));
         base.device = device;
+        if let Some(memory) = facts.memory_bytes {
+            base.large_work_bytes = crucible_judge::large_work_bytes_for(memory);
+        }
         let reaper = Arc::new(
             reaper::Reaper::start(tuning.probe.clone()).map_err(|source| EngineError::Io {
                 what: "starting the reaper thread",
