@@ -264,6 +264,11 @@ impl Engine {
         self.facts.device_name.as_deref()
     }
 
+    /// The GPU's UUID as torch reports it (`None` on the CPU, or where torch does not say).
+    pub fn gpu_uuid(&self) -> Option<&str> {
+        self.facts.uuid.as_deref()
+    }
+
     /// The lock the timed phases hold, if any.
     pub fn gpu_lock(&self) -> Option<&GpuLock> {
         self.lock.as_deref()

@@ -5,6 +5,7 @@ mod audit_cmd;
 mod bench_cmd;
 mod bench_load_cmd;
 mod eval_cmd;
+mod gpu_busy;
 mod report_cmd;
 mod rl_cmd;
 mod sandbox_cmd;

@@ -22,6 +22,8 @@ use crucible_result::{EvalResult, Stats, Verdict};
 use crucible_worker::engine::{Control, EngineEvent, Probe};
 use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
 
+use crate::gpu_busy::{GpuBusy, GpuBusySampler};
+
 /// The KernelBench tasks of the GPU set (level, name): those with honest solutions under
 /// `examples/kernelbench`, memory-heavy ones kept to one so concurrent evaluations fit.
 const KERNELBENCH_SET: &[(&str, &str)] = &[
@@ -211,6 +213,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut rates = BTreeMap::new();
+    let mut ceilings: BTreeMap<&str, f64> = BTreeMap::new();
     let mut verdicts: BTreeMap<&str, Vec<(String, Verdict)>> = BTreeMap::new();
     for (name, on) in [("ON", true), ("OFF", false)] {
         if (on && args.modes == Modes::Off) || (!on && args.modes == Modes::On) {
@@ -242,6 +245,12 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
             measured.write_json(name, chosen, file)?;
         }
         rates.insert(name, measured.per_hour());
+        if let Some(ceiling) = measured
+            .gpu
+            .and_then(|gpu| gpu.ceiling_per_hour(measured.rows.len()))
+        {
+            ceilings.insert(name, ceiling);
+        }
         verdicts.insert(
             name,
             chosen
@@ -256,6 +265,13 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
             "\nthroughput ON / OFF: {:.1}x ({on:.0} vs {off:.0} evaluations/hour)",
             on / off
         );
+        if let Some(ceiling) = ceilings.get("ON") {
+            println!(
+                "GPU ceiling: ON's kernel time per evaluation allows at most {ceiling:.0} \
+                 evaluations/hour, {:.1}x OFF",
+                ceiling / off
+            );
+        }
         let on_verdicts: BTreeMap<&String, Verdict> =
             verdicts["ON"].iter().map(|(s, v)| (s, *v)).collect();
         let differing = verdicts["OFF"]
@@ -537,6 +553,8 @@ struct Measured {
     /// How much of the batch the machine's CPU was saturated (from readings every
     /// `CPU_SAMPLE`).
     saturation: Option<Saturation>,
+    /// The GPU's kernel time over the batch, where `nvidia-smi` could say.
+    gpu: Option<GpuBusy>,
 }
 
 /// How many intervals were open at once: what the GPU's time slicing depends on (every process
@@ -796,9 +814,11 @@ fn run_mode(
     let pool_at_start = (engine.warm(), engine.pool_depth());
     let started = Instant::now();
     let sampler = CpuSampler::start();
+    let gpu_sampler = engine.gpu_uuid().and_then(GpuBusySampler::start);
     let pace = std::time::Duration::from_secs_f64(args.pace_s.max(0.0));
     let results = evaluate_tagged(&engine, cases, pace);
     let batch_s = started.elapsed().as_secs_f64();
+    let gpu = gpu_sampler.and_then(GpuBusySampler::finish);
     let readings = sampler.finish();
     let saturation = Saturation::of(&readings);
     let cpu = readings
@@ -834,6 +854,7 @@ fn run_mode(
         cache,
         cpu,
         saturation,
+        gpu,
     })
 }
 
@@ -1032,6 +1053,19 @@ impl Measured {
                 100.0 * saturation.at_90,
                 100.0 * saturation.at_75,
                 CPU_SAMPLE.as_millis()
+            );
+        }
+        if let Some(gpu) = self.gpu {
+            println!(
+                "  GPU (nvidia-smi, {} readings): kernels ran {:.1} s of the batch's {:.1} s \
+                 ({:.0}%), {:.2} s per evaluation; with that much GPU work each, one GPU \
+                 judges at most {:.0} evaluations/hour",
+                gpu.samples,
+                gpu.busy_s,
+                gpu.span_s,
+                100.0 * gpu.busy_s / gpu.span_s,
+                gpu.busy_s / n.max(1) as f64,
+                gpu.ceiling_per_hour(n).unwrap_or(f64::INFINITY)
             );
         }
         let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
