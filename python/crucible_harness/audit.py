@@ -6,7 +6,7 @@ process can loop over a whole suite without restarting (torch and CUDA start onc
 the reference model are built exactly as the referee builds them (its own `init` and
 `draw_inputs`), and outputs are compared with the referee's own comparison (`common.compare`,
 with `common.tolerance_for`), so a null that passes here would pass the judge. The judge (Rust)
-drives it over fd 3, one task per request.
+drives it over its channel, one task per request.
 """
 
 import gc

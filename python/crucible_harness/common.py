@@ -19,17 +19,25 @@ import sys
 
 from crucible_harness import protocol
 
+# Where a referee forked by the zygote finds its channel; a spawned process is told in
+# CRUCIBLE_CHANNEL_FD.
 CHANNEL_FD = 3
 
 
+def channel_fd():
+    """The descriptor of this process's channel to the judge. Read at the call, not at import:
+    the zygote imports this module before it forks referees with an environment of their own."""
+    return int(os.environ.get("CRUCIBLE_CHANNEL_FD", CHANNEL_FD))
+
+
 class Channel:
-    """Newline-delimited JSON over the private socket the judge passes as fd 3.
+    """Newline-delimited JSON over the private socket the judge passes (see `channel_fd`).
 
     stdout and stderr are never part of the protocol, so whatever the candidate prints is just
     text in a log.
     """
 
-    def __init__(self, fd=CHANNEL_FD):
+    def __init__(self, fd):
         self.sock = socket.socket(fileno=fd)
         self.reader = self.sock.makefile("rb")
 
@@ -50,12 +58,12 @@ class UnknownOp(Exception):
         super().__init__(f"unknown op {op!r} (this process serves: {', '.join(sorted(known))})")
 
 
-def start(where, fd=CHANNEL_FD, warm=None):
+def start(where, fd=None, warm=None):
     """The one start-up of every harness process: opens the channel, imports torch, brings the
     device up, runs `warm(torch, device)` if given, and says hello. A device that cannot be used
     is the machine's fault (or the sandbox's), never a candidate's: the hello says so and the
     process exits with status 1. Returns (channel, torch, device name)."""
-    chan = Channel(fd)
+    chan = Channel(channel_fd() if fd is None else fd)
     import torch
 
     device = os.environ.get("CRUCIBLE_DEVICE", "cpu")

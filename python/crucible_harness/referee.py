@@ -1,8 +1,8 @@
 """The referee: builds the reference, draws the inputs, holds the expected outputs, compares.
 
-It is trusted and never runs candidate code. The judge (Rust) drives it over fd 3, one request at
-a time; every reply is `{"ok": true, ...}` or `{"ok": false, "error": ...}` (an infrastructure or
-task fault, never the candidate's).
+It is trusted and never runs candidate code. The judge (Rust) drives it over its channel, one
+request at a time; every reply is `{"ok": true, ...}` or `{"ok": false, "error": ...}` (an
+infrastructure or task fault, never the candidate's).
 """
 
 import contextlib

@@ -7,7 +7,7 @@ kernel in 0.4 (`scripts/probe/fork_start.py`). A CUDA context does not survive a
 process never touches the device: each child brings up its own after the fork.
 
 Trusted: it never runs candidate code, and nothing the candidate can reach names its channel (a
-socket pair). The judge drives it over fd 3 with one JSON object per line:
+socket pair). The judge drives it over its channel with one JSON object per line:
 
 - `{"op": "fork", "cwd", "env"}`, sent with three file descriptors (SCM_RIGHTS): the child's
   channel, stdout and stderr. The child becomes a referee exactly as if the judge had started
@@ -36,13 +36,12 @@ import numpy  # noqa: F401
 import torch  # noqa: F401
 import triton  # noqa: F401
 
-from crucible_harness import referee
+from crucible_harness import common, referee
 
 # numpy's OpenBLAS starts its thread pool at import; it registers its own fork handlers, and the
 # child's pool starts again when used. Python would otherwise warn at every fork.
 warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)
 
-CHANNEL_FD = 3
 # A fork request carries the child's channel, stdout and stderr.
 FDS_PER_FORK = 3
 PR_SET_PDEATHSIG = 1
@@ -92,18 +91,19 @@ def become_referee(zygote_pid, sock, fds, cwd, env):
     Never returns."""
     status = 1
     try:
-        # The zygote's channel object must not close fd 3 once fd 3 is the child's own.
+        # The zygote's channel object must not close its descriptor once that number may be the
+        # child's own.
         sock.detach()
         os.setsid()
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != zygote_pid:
             os._exit(1)  # the zygote died before the signal was armed
         channel, out, err = fds
-        for fd, target in ((out, 1), (err, 2), (channel, CHANNEL_FD)):
+        for fd, target in ((out, 1), (err, 2), (channel, common.CHANNEL_FD)):
             os.dup2(fd, target)
         # Nothing of the zygote's stays open: the received descriptors, and whatever the imports
         # opened.
-        os.closerange(CHANNEL_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        os.closerange(common.CHANNEL_FD + 1, os.sysconf("SC_OPEN_MAX"))
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
@@ -133,7 +133,7 @@ def reap(released):
 
 def main():
     zygote_pid = os.getpid()
-    sock = socket.socket(fileno=CHANNEL_FD)
+    sock = socket.socket(fileno=common.channel_fd())
     sock.sendall(json.dumps({"ok": True, "ready": True}).encode() + b"\n")
     requests = Requests(sock)
     released = set()

@@ -90,7 +90,7 @@ def forget_loaded_modules():
 
 class Pipe:
     """The judge's end of a real channel: a socket pair whose other end becomes the harness's
-    `common.Channel`, as the harness gets it on fd 3."""
+    `common.Channel`, as the harness gets it from the judge."""
 
     def __init__(self):
         self.judge, harness = socket.socketpair()

@@ -1,5 +1,5 @@
 """The three harness processes as the judge starts them (`python -m crucible_harness.X`, the
-channel on fd 3): one start-up, one request loop, each with its own error shape."""
+channel): one start-up, one request loop, each with its own error shape."""
 
 import json
 import os
@@ -25,7 +25,8 @@ class Process:
         }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", f"crucible_harness.{module}"],
-            # fd 3, as the judge passes it (dup2 makes the copy inheritable; Python's own fds
+            # fd 3, where the zygote puts a referee's channel and a harness process looks without
+            # CRUCIBLE_CHANNEL_FD (dup2 makes the copy inheritable; Python's own fds
             # are not, so nothing else leaks into the child).
             preexec_fn=lambda: os.dup2(harness.fileno(), 3),
             close_fds=False,

@@ -1,7 +1,8 @@
 //! One harness process (referee or candidate) and the private channel to it: spawned by fork
 //! and exec from the judge, or (a referee) forked by the referee zygote (`crate::zygote`).
 //!
-//! The channel is a Unix socket pair whose child end becomes fd 3 in the child; stdout and
+//! The channel is a Unix socket pair whose child end the child keeps open across exec, at the
+//! number `CRUCIBLE_CHANNEL_FD` names (a referee the zygote forks has it on fd 3); stdout and
 //! stderr are only captured as logs, so nothing the candidate prints can pose as a reply.
 //! Every request has a deadline; a process that misses it is killed with its whole process
 //! group, and a process that dies is reported with its exit status or signal.
@@ -19,6 +20,9 @@ use serde_json::Value;
 
 use crate::sandbox::{PidsCgroup, Sandbox};
 use crate::zygote::{ForkedChild, ZygoteLink};
+
+/// The environment variable that tells a spawned harness process its channel's descriptor.
+const CHANNEL_FD_ENV: &str = "CRUCIBLE_CHANNEL_FD";
 
 /// At most this much of a child's stdout+stderr is kept for diagnostics.
 const LOG_CAP: usize = 64 * 1024;
@@ -103,6 +107,7 @@ impl HarnessProcess {
             .arg(spec.module)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env(CHANNEL_FD_ENV, child_fd.to_string())
             .current_dir(&spec.cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -117,8 +122,8 @@ impl HarnessProcess {
         };
         let judge_pid = std::process::id() as libc::pid_t;
         // SAFETY: the closure runs between fork and exec; it only makes async-signal-safe
-        // system calls (setsid, prctl, getppid, fcntl, dup2 and the sandbox's own calls, which
-        // are raw system calls too).
+        // system calls (setsid, prctl, getppid, fcntl and the sandbox's own calls, which are raw
+        // system calls too).
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setsid() < 0 {
@@ -131,12 +136,11 @@ impl HarnessProcess {
                     // The judge died before the signal was armed.
                     return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
-                if child_fd == 3 {
-                    // dup2 onto itself keeps close-on-exec; clear it instead.
-                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(child_fd, 3) < 0 {
+                // The channel stays where it is, its number in the environment: moving it onto
+                // a fixed number would close whatever held that number at the fork, which the
+                // judge's other threads decide (the prepared Landlock ruleset, std's exec-error
+                // pipe). A ruleset replaced so failed the spawn with EBADFD, one in many.
+                if libc::fcntl(child_fd, libc::F_SETFD, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 if let Some(confinement) = &confinement {
@@ -173,7 +177,7 @@ impl HarnessProcess {
     }
 
     /// A referee forked by the zygote behind `link`, working in `cwd` with exactly `env`: the
-    /// same channel on fd 3 and the same captured logs as a spawned one.
+    /// same channel (on fd 3) and the same captured logs as a spawned one.
     pub(crate) fn forked(
         link: &Arc<ZygoteLink>,
         cwd: &Path,

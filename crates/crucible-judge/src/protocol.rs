@@ -1,10 +1,10 @@
 //! The harness protocol: every request the judge sends to a harness process and every reply it
 //! accepts, in one place.
 //!
-//! Messages are one JSON object per line on the process's private channel (fd 3). A request is
-//! tagged by `op`. A reply is `{"ok": true, ...fields}` or a failure: the referee's
-//! `{"ok": false, "error", "traceback"}` (the judge's fault), the candidate's
-//! `{"ok": false, "class", "message"}` (charged to the candidate). Replies are parsed
+//! Messages are one JSON object per line on the process's private channel (a socket passed
+//! across exec). A request is tagged by `op`. A reply is `{"ok": true, ...fields}` or a
+//! failure: the referee's `{"ok": false, "error", "traceback"}` (the judge's fault), the
+//! candidate's `{"ok": false, "class", "message"}` (charged to the candidate). Replies are parsed
 //! strictly: a missing field, an unexpected one or a wrong type is a protocol error, never a
 //! default. From the referee (trusted) that is an `infra_error`; from the candidate process,
 //! which runs hostile code that can write anything to its channel, it is the candidate's crash.
