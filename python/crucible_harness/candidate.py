@@ -7,6 +7,7 @@ Everything it reports is treated by the judge as a claim, not a fact.
 
 import collections
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -223,6 +224,38 @@ class AutotunePrecompile:
             self.notes.leave()
 
 
+class AutotuneBudget:
+    """The judge's benchmark budget for Triton's autotuner (`[warm-up, repetitions]` in ms, from
+    the `load` request; `AutotuneBudget` in judge.rs says why). It replaces the benchmarker of an
+    autotuner that brought none of its own: one built with `do_bench=`, `warmup=` or `rep=` keeps
+    what the candidate asked for. Not on Triton's interpreter, which has no GPU to spare."""
+
+    def __init__(self):
+        self.ms = None
+
+    def set(self, ms):
+        self.ms = tuple(ms) if ms else None
+
+    def install(self, autotuner):
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return
+        budget = self
+        # A `functools.cached_property` in Triton 3.6 (a `property` in some versions).
+        original = autotuner.Autotuner.__dict__["do_bench"]
+        tritons = getattr(original, "func", None) or original.fget
+
+        def do_bench(self):
+            own = getattr(self, "_do_bench", None) is not None
+            if own or budget.ms is None:
+                return tritons(self)
+            from triton.runtime import driver
+
+            warmup, rep = budget.ms
+            return functools.partial(driver.active.get_benchmarker(), warmup=warmup, rep=rep)
+
+        autotuner.Autotuner.do_bench = property(do_bench)
+
+
 def classify(exc, stage):
     """Maps an exception to a failure class by type and stage, never by message text."""
     import torch
@@ -274,8 +307,9 @@ def request_failure(exc, msg, path):
 
 
 class Candidate:
-    def __init__(self, torch, chan, recorder):
+    def __init__(self, torch, chan, recorder, autotune):
         self.torch = torch
+        self.autotune = autotune
         self.chan = chan
         self.recorder = recorder
         self.model = None
@@ -286,6 +320,7 @@ class Candidate:
     def load(self, msg):
         self.device = msg["device"]
         self.path = msg["candidate_path"]
+        self.autotune.set(msg["autotune_ms"])
         try:
             module = common.load_module(msg["candidate_path"], CANDIDATE_MODULE, "full")
         except BaseException as exc:  # SystemExit from a hostile import is the candidate's fault too
@@ -557,7 +592,9 @@ def main():
     from triton.runtime import autotuner
 
     AutotunePrecompile(notes, AutotunePrecompile.threads_available()).install(autotuner)
-    candidate = Candidate(torch, chan, recorder)
+    autotune = AutotuneBudget()
+    autotune.install(autotuner)
+    candidate = Candidate(torch, chan, recorder, autotune)
 
     def run(msg):
         with notes.during():

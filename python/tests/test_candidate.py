@@ -201,3 +201,57 @@ def test_a_single_config_compiles_nothing_ahead():
     kernel = CompilingKernel(parties=1)
     candidate.AutotunePrecompile(notes, threads=4).compile_all(Tuner(kernel), [triton.Config({"BLOCK": 4})], {})
     assert kernel.launches == [] and notes.events == []
+
+
+def budgeted_autotuner(monkeypatch, budget):
+    """A stand-in for Triton's `Autotuner` class carrying its real `do_bench` descriptor, with
+    the judge's budget installed on it (not on Triton's class, which other tests use)."""
+    from triton.runtime import autotuner
+
+    class Autotuner:
+        do_bench = autotuner.Autotuner.__dict__["do_bench"]
+
+        def __init__(self, own=None):
+            self._do_bench = own
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    # This machine may have no GPU: a driver whose benchmarker is Triton's `do_bench`, as the
+    # CUDA driver's is.
+    from triton import testing
+    from triton.runtime import driver
+
+    class Driver:
+        def get_benchmarker(self):
+            return testing.do_bench
+
+    monkeypatch.setattr(driver, "_active", Driver())
+    budget.install(type("autotuner", (), {"Autotuner": Autotuner}))
+    return Autotuner
+
+
+def test_the_autotuner_benchmarks_with_the_judges_budget(monkeypatch):
+    from triton import testing
+
+    budget = candidate.AutotuneBudget()
+    tuner = budgeted_autotuner(monkeypatch, budget)()
+    budget.set([5, 25])
+    bench = tuner.do_bench
+    assert bench.func is testing.do_bench
+    assert bench.keywords == {"warmup": 5, "rep": 25}
+    budget.set([1, 3])  # read at every benchmark, so a `load` after the hello still counts
+    assert tuner.do_bench.keywords == {"warmup": 1, "rep": 3}
+
+
+def test_an_autotuner_with_its_own_benchmark_keeps_it(monkeypatch):
+    from triton import testing
+
+    budget = candidate.AutotuneBudget()
+    Autotuner = budgeted_autotuner(monkeypatch, budget)
+    budget.set([5, 25])
+
+    def own(fn, quantiles):
+        return [1.0, 1.0, 1.0]
+
+    assert Autotuner(own=own).do_bench is own
+    budget.set(None)  # no budget asked for: Triton's own benchmarker
+    assert Autotuner().do_bench is testing.do_bench

@@ -147,6 +147,7 @@ def test_a_cuda_error_is_reported_before_the_process_leaves(started, tmp_path, r
             "candidate_path": str(path),
             "init_inputs": init["init_inputs"],
             "init_seed": 1,
+            "autotune_ms": [5, 25],
         }
     )
     assert loaded == {"ok": True}

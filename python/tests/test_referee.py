@@ -60,13 +60,14 @@ def test_an_honest_candidate_passes(ref, tmp_path):
                 return torch.relu(x)
         """,
     )
-    cand = candidate.Candidate(torch, None, candidate.LaunchRecorder())
+    cand = candidate.Candidate(torch, None, candidate.LaunchRecorder(), candidate.AutotuneBudget())
     loaded = cand.load(
         {
             "device": "cpu",
             "candidate_path": str(path),
             "init_inputs": ref.init_reply["init_inputs"],
             "init_seed": 11,
+            "autotune_ms": [5, 25],
         }
     )
     assert loaded == {}

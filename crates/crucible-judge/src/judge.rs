@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crucible_result::{
-    EvalResult, Failure, FailureClass, FileRef, Finding, Launch, Precision, Profile, SCHEMA, Seeds,
-    Severity, Stage, StageStatus, Timing, Tolerance, Trial, Verdict,
+    AutotuneBudget, EvalResult, Failure, FailureClass, FileRef, Finding, Launch, Precision,
+    Profile, SCHEMA, Seeds, Severity, Stage, StageStatus, Timing, Tolerance, Trial, Verdict,
 };
 
 use crate::device::Device;
@@ -192,6 +192,9 @@ pub struct EvalConfig {
     /// trial's tensors reach it. 16 GiB by default; a service engine sets it from the GPU's
     /// memory ([`large_work_bytes_for`]).
     pub large_work_bytes: u64,
+    /// The autotuner's benchmark budget in the candidate process (GPU only; Triton's
+    /// interpreter is left as it is).
+    pub autotune: AutotuneBudget,
 }
 
 /// The large-work size for a device with `memory_bytes`: an eighth of it (about 17 GiB on an
@@ -223,6 +226,7 @@ impl EvalConfig {
             abort: None,
             device_shared: false,
             large_work_bytes: 16 << 30,
+            autotune: AutotuneBudget::DEFAULT,
         }
     }
 

@@ -21,6 +21,7 @@ mod timing;
 pub mod triton_seed;
 pub mod zygote;
 
+pub use crucible_result::AutotuneBudget;
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
 pub use error::InfraError;

@@ -831,6 +831,7 @@ mod tests {
             synced_forward_ms: None,
             reference_matched: Some(stats(0.2)),
             reference_matched_class: Some(PrecisionClass::Fp16),
+            autotune: None,
         };
         let matched = matched_speedup(Some(5.0), Some(&timing), Some(&p)).unwrap();
         assert_eq!(matched, (0.5, PrecisionClass::Fp16));

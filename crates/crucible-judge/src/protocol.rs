@@ -125,6 +125,8 @@ pub(crate) enum CandidateRequest {
         init_seed: u64,
         /// The referee's init inputs, pickled and base64-encoded.
         init_inputs: String,
+        /// The autotuner's benchmark budget, `[warm-up, repetitions]` in ms.
+        autotune_ms: [u32; 2],
     },
     /// Build a second `ModelNew` from other init inputs (the generalization trial).
     Reload {

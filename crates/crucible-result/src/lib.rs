@@ -304,6 +304,71 @@ pub struct Timing {
     pub reference_matched: Option<Stats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_matched_class: Option<PrecisionClass>,
+    /// The budget Triton's autotuner had to choose the candidate's configs with (absent in
+    /// results from before it was set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autotune: Option<AutotuneBudget>,
+}
+
+/// How long Triton's autotuner benchmarks each config of a candidate's `@triton.autotune`
+/// kernel (its `do_bench` warm-up and repetition budgets, in ms). Triton's own are 25 and 100:
+/// about 0.13 s of GPU time per config at every cache miss, so a six-config matmul solution
+/// spends most of an evaluation's kernel time choosing its tiles, GPU time a warm worker's
+/// other evaluations wait for. The judge times the chosen config afterwards either way; a
+/// smaller budget only makes the choice from fewer repetitions. A candidate that passes its own
+/// `do_bench`, `warmup` or `rep` to the autotuner keeps them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutotuneBudget {
+    pub warmup_ms: u32,
+    pub rep_ms: u32,
+}
+
+impl AutotuneBudget {
+    /// Triton's own budgets (`triton.testing.do_bench`'s defaults).
+    pub const TRITON: AutotuneBudget = AutotuneBudget {
+        warmup_ms: 25,
+        rep_ms: 100,
+    };
+
+    /// The judge's default: a fifth of Triton's warm-up and a quarter of its repetitions.
+    pub const DEFAULT: AutotuneBudget = AutotuneBudget {
+        warmup_ms: 5,
+        rep_ms: 25,
+    };
+
+    /// `triton` (Triton's own), `default`, or `WARMUP/REP` in milliseconds (REP at least 1).
+    pub fn parse(text: &str) -> Result<AutotuneBudget, String> {
+        match text.trim() {
+            "triton" => return Ok(AutotuneBudget::TRITON),
+            "default" => return Ok(AutotuneBudget::DEFAULT),
+            _ => {}
+        }
+        let (warmup, rep) = text.split_once('/').ok_or_else(|| {
+            format!("`{text}`: expected `triton`, `default` or WARMUP/REP in ms, e.g. 5/25")
+        })?;
+        let ms = |what: &str, value: &str| {
+            value
+                .trim()
+                .parse::<u32>()
+                .map_err(|e| format!("`{text}`: {what} `{value}`: {e}"))
+        };
+        let budget = AutotuneBudget {
+            warmup_ms: ms("warm-up", warmup)?,
+            rep_ms: ms("repetitions", rep)?,
+        };
+        if budget.rep_ms == 0 {
+            return Err(format!(
+                "`{text}`: the repetition budget must be at least 1 ms"
+            ));
+        }
+        Ok(budget)
+    }
+}
+
+impl std::fmt::Display for AutotuneBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.warmup_ms, self.rep_ms)
+    }
 }
 
 /// A precision class, measured from a computation's error against a float64 reference
@@ -537,6 +602,23 @@ impl EvalResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn autotune_budgets_parse_by_name_or_in_milliseconds() {
+        assert_eq!(AutotuneBudget::parse("triton"), Ok(AutotuneBudget::TRITON));
+        assert_eq!(
+            AutotuneBudget::parse("default"),
+            Ok(AutotuneBudget::DEFAULT)
+        );
+        let budget = AutotuneBudget::parse("2/10").expect("valid");
+        assert_eq!((budget.warmup_ms, budget.rep_ms), (2, 10));
+        assert_eq!(budget.to_string(), "2/10");
+        for bad in ["", "5", "5/0", "a/25", "5/-1", "5/25/1"] {
+            assert!(AutotuneBudget::parse(bad).is_err(), "{bad}");
+        }
+        let json = serde_json::to_value(AutotuneBudget::DEFAULT).expect("json");
+        assert_eq!(json, serde_json::json!({"warmup_ms": 5, "rep_ms": 25}));
+    }
 
     #[test]
     fn stats_match_hand_computed_values() {

@@ -171,7 +171,6 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         let facts = crucible_judge::device_facts(&runtime, device)
             .map_err(|source| EngineError::Probe { device, source })?;
-        let versions = versions(&runtime, &facts);
         let lock = gpu_lock(device, options, &tuning, &facts)?;
         let reference_cache = options.reference_cache.then(|| {
             Arc::new(ReferenceCache::new(
@@ -184,6 +183,7 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| EvalConfig::new(device));
         base.device = device;
+        let versions = versions(&runtime, &facts, &base);
         if let Some(memory) = facts.memory_bytes {
             base.large_work_bytes = crucible_judge::large_work_bytes_for(memory);
         }
@@ -380,8 +380,9 @@ impl Engine {
     }
 }
 
-/// `crucible <version> <harness dir> torch .. triton .. cuda .. driver .. python .. gpu ..`.
-fn versions(runtime: &Runtime, facts: &DeviceFacts) -> String {
+/// `crucible <version> <harness dir> torch .. triton .. cuda .. driver .. python .. gpu ..
+/// autotune W/R`: the autotuner's budget shapes what a candidate's timing measures.
+fn versions(runtime: &Runtime, facts: &DeviceFacts, base: &EvalConfig) -> String {
     let harness = runtime
         .harness_root
         .file_name()
@@ -389,7 +390,7 @@ fn versions(runtime: &Runtime, facts: &DeviceFacts) -> String {
         .unwrap_or_default();
     let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "none".into());
     format!(
-        "crucible {} {harness} torch {} triton {} cuda {} driver {} python {} gpu {}",
+        "crucible {} {harness} torch {} triton {} cuda {} driver {} python {} gpu {} autotune {}",
         env!("CARGO_PKG_VERSION"),
         facts.torch,
         or_none(&facts.triton),
@@ -397,6 +398,7 @@ fn versions(runtime: &Runtime, facts: &DeviceFacts) -> String {
         or_none(&facts.driver),
         facts.python,
         facts.device_name.clone().unwrap_or_else(|| "cpu".into()),
+        base.autotune,
     )
 }
 

@@ -65,6 +65,10 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     timed_nice: i32,
+    /// Benchmark budget of Triton's autotuner in the candidate process, WARMUP/REP in ms, or
+    /// `triton` for Triton's own 25/100 (GPU only).
+    #[arg(long, default_value = "default", value_parser = crucible_judge::AutotuneBudget::parse)]
+    autotune_budget: crucible_judge::AutotuneBudget,
     /// One deadline in seconds for every candidate stage (default: per stage and device).
     #[arg(long)]
     stage_timeout: Option<f64>,
@@ -109,6 +113,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
         nice: Some(args.timed_nice),
         ..TimingConfig::default()
     });
+    cfg.autotune = args.autotune_budget;
     if let Some(secs) = args.stage_timeout {
         if !(secs.is_finite() && secs > 0.0) {
             bail!("--stage-timeout must be a positive number of seconds");

@@ -69,6 +69,10 @@ pub struct WorkerTuning {
     /// Seconds a claim holds before a silent worker's task is given to another.
     #[arg(long, default_value_t = 60.0)]
     lease_secs: f64,
+    /// Benchmark budget of Triton's autotuner in each candidate process, WARMUP/REP in ms, or
+    /// `triton` for Triton's own 25/100 (part of the result cache's key).
+    #[arg(long, value_parser = crucible_judge::AutotuneBudget::parse)]
+    autotune_budget: Option<crucible_judge::AutotuneBudget>,
     #[command(flatten)]
     gpu: crate::sandbox_cmd::GpuSandboxArg,
 }
@@ -135,12 +139,16 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let tuning = Tuning {
         pool_depth: args.tuning.pool_depth.map(|n| n as usize),
         gpu_slots: args.tuning.gpu_slots.map(|n| n as usize),
-        // The engine's own default, with the layers asked for.
-        base: args.tuning.gpu.gpu_sandbox.is_some().then(|| {
-            let mut base = EvalConfig::new(device);
-            args.tuning.gpu.apply(&mut base);
-            base
-        }),
+        // The engine's own default, with the layers and the budget asked for.
+        base: (args.tuning.gpu.gpu_sandbox.is_some() || args.tuning.autotune_budget.is_some())
+            .then(|| {
+                let mut base = EvalConfig::new(device);
+                args.tuning.gpu.apply(&mut base);
+                if let Some(budget) = args.tuning.autotune_budget {
+                    base.autotune = budget;
+                }
+                base
+            }),
         ..Tuning::default()
     };
     let engine = Engine::with_tuning(runtime, device, options, tuning)
@@ -436,6 +444,9 @@ fn worker_command(exe: &std::path::Path, slot: &Slot) -> Command {
     if let Some(layers) = slot.tuning.gpu.gpu_sandbox {
         cmd.arg("--gpu-sandbox").arg(layers.names());
     }
+    if let Some(budget) = slot.tuning.autotune_budget {
+        cmd.arg("--autotune-budget").arg(budget.to_string());
+    }
     cmd.stdin(Stdio::null());
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl is async-signal-safe. A worker whose server died (even by kill -9) gets
@@ -492,5 +503,67 @@ fn sleep_unless(flag: &AtomicBool, total: Duration) {
     let until = Instant::now() + total;
     while !flag.load(Ordering::SeqCst) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Tuned {
+        #[command(flatten)]
+        tuning: WorkerTuning,
+    }
+
+    /// What `serve` was asked for reaches each worker it starts, as flags `worker` parses back.
+    #[test]
+    fn a_worker_gets_the_servers_tuning() {
+        let tuned = Tuned::try_parse_from([
+            "serve",
+            "--concurrency",
+            "4",
+            "--gpu-slots",
+            "3",
+            "--autotune-budget",
+            "2/10",
+        ])
+        .expect("valid flags");
+        let slot = Slot {
+            id: "host:cuda:1".into(),
+            device: "cuda:1".into(),
+            queue: "sqlite:///tmp/q.db".into(),
+            tuning: tuned.tuning,
+            pid: Arc::new(AtomicU32::new(0)),
+        };
+        let command = worker_command(std::path::Path::new("crucible"), &slot);
+        let args: Vec<String> = command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let mut worker = vec!["crucible".to_string()];
+        worker.extend(args.iter().skip(1).cloned());
+        let back = WorkerCli::try_parse_from(&worker).expect("the worker parses its flags");
+        assert_eq!(args[0], "worker");
+        assert_eq!(back.worker.tuning.concurrency, Some(4));
+        assert_eq!(back.worker.tuning.gpu_slots, Some(3));
+        assert_eq!(
+            back.worker.tuning.autotune_budget,
+            Some(crucible_judge::AutotuneBudget {
+                warmup_ms: 2,
+                rep_ms: 10
+            })
+        );
+        assert!(
+            Tuned::try_parse_from(["serve", "--autotune-budget", "fast"]).is_err(),
+            "a budget that is neither a name nor WARMUP/REP is refused"
+        );
+    }
+
+    #[derive(Parser)]
+    struct WorkerCli {
+        #[command(flatten)]
+        worker: WorkerArgs,
     }
 }

@@ -107,6 +107,10 @@ pub struct ThroughputArgs {
     #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     timed_nice: i32,
+    /// Benchmark budget of Triton's autotuner in the candidate process, WARMUP/REP in ms, or
+    /// `triton` for Triton's own 25/100 (both modes).
+    #[arg(long, default_value = "default", value_parser = crucible_judge::AutotuneBudget::parse)]
+    autotune_budget: crucible_judge::AutotuneBudget,
     /// Correctness trials per candidate.
     #[arg(long, default_value_t = 5)]
     trials: u32,
@@ -175,6 +179,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         nice: Some(args.timed_nice),
         ..TimingConfig::default()
     });
+    base.autotune = args.autotune_budget;
     args.sandbox.apply(&mut base);
     let mix = |cases: &[&Case]| {
         let count = |kind| cases.iter().filter(|c| c.kind == kind).count();
@@ -196,14 +201,15 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         .collect();
     println!(
         "bench-throughput on {}: {} candidates over {} tasks ({}); timing {} warm-up + {} timed \
-         iterations per side, {} trials",
+         iterations per side, {} trials, autotuner budget {} ms",
         args.device,
         cases.len(),
         args.tasks,
         mix(&all),
         args.warmup,
         args.iters,
-        args.trials
+        args.trials,
+        args.autotune_budget
     );
     let mut json = match &args.json {
         Some(path) => Some(

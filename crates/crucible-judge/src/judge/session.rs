@@ -300,6 +300,7 @@ impl Session {
             device: cfg.device.harness_name().to_string(),
             init_seed: eval.seeds.init,
             init_inputs,
+            autotune_ms: [cfg.autotune.warmup_ms, cfg.autotune.rep_ms],
         };
         let candidate = &mut self.workers.candidate;
         eval.stage("load", |_| {
@@ -684,6 +685,7 @@ impl Session {
                 .as_ref()
                 .and_then(|(_, samples)| Stats::from_samples(samples)),
             reference_matched_class: phase.matched.as_ref().map(|(class, _)| *class),
+            autotune: Some(eval.cfg.autotune),
         });
         Ok(())
     }
