@@ -5,11 +5,12 @@
 # ROUNDS times under each budget in BUDGETS, rounds interleaved, and prints per task and budget
 # the candidate's median ms per round, the configs the autotuner kept, and the speedups. Run on the
 # GPU machine after scripts/gpu-prepare:
-#   scripts/probe/autotune_budget.sh [OUTDIR]    (ROUNDS=2, BUDGETS="triton default", DEVICE=cuda:0)
+#   scripts/probe/autotune_budget.sh [EVAL ARGS]  (OUT, ROUNDS=2, BUDGETS="triton default", TASKS,
+#                                                 DEVICE=cuda:0)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-out=${1:-${OUT:-/tmp/autotune-budget}}
+out=${OUT:-/tmp/autotune-budget}
 mkdir -p "$out"
 bin=${CRUCIBLE_BIN:-.device-carry/crucible}
 export CRUCIBLE_PYTHON=${CRUCIBLE_PYTHON:-python3}
@@ -18,10 +19,11 @@ kb=${KERNELBENCH:-.device-carry/kb}
 device=${DEVICE:-cuda:0}
 rounds=${ROUNDS:-2}
 read -r -a budgets <<<"${BUDGETS:-triton default}"
-tasks=(level1/1_Square_matrix_multiplication_ level2/12_Gemm_Multiply_LeakyReLU level1/23_Softmax
-  level1/2_Standard_matrix_multiplication_ level2/76_Gemm_Add_ReLU
+read -r -d "" -a tasks <<<"${TASKS:-level1/1_Square_matrix_multiplication_ level2/12_Gemm_Multiply_LeakyReLU
+  level1/23_Softmax level1/2_Standard_matrix_multiplication_ level2/76_Gemm_Add_ReLU
   level1/6_Matmul_with_large_K_dimension_ level1/8_Matmul_with_irregular_shapes_
-  level1/10_3D_tensor_matrix_multiplication)
+  level1/10_3D_tensor_matrix_multiplication}" || true
+# Further arguments go to `crucible eval` (e.g. --no-prewarm: no next pair starting beside).
 pairs=$(mktemp -d)
 mkdir -p "$pairs/tasks" "$pairs/candidates"
 for t in "${tasks[@]}"; do
@@ -31,21 +33,20 @@ done
 rm -f "$out"/budget_*.jsonl
 for round in $(seq "$rounds"); do
   for budget in "${budgets[@]}"; do
+    # `eval --out` starts its file afresh: one file per round.
     "$bin" eval --device "$device" --task-dir "$pairs/tasks" --candidate-dir "$pairs/candidates" \
-      --autotune-budget "$budget" --out "$out/budget_${budget//\//_}.jsonl" >/dev/null 2>>"$out/autotune_budget.err" \
+      --autotune-budget "$budget" "$@" --out "$out/budget_${budget//\//_}_r$round.jsonl" \
+      >/dev/null 2>>"$out/autotune_budget.err" \
       || echo "round $round, budget $budget: eval exited $?" | tee -a "$out/autotune_budget.err"
   done
 done
 python3 - "$out" "${budgets[@]}" <<'PY' | tee "$out/autotune_budget.txt"
-import collections, json, statistics, sys
+import collections, glob, json, statistics, sys
 out, budgets = sys.argv[1], sys.argv[2:]
 rows = collections.defaultdict(lambda: collections.defaultdict(list))
 for budget in budgets:
-    try:
-        lines = open(f"{out}/budget_{budget.replace('/', '_')}.jsonl")
-    except FileNotFoundError:
-        continue
-    for line in lines:
+    files = sorted(glob.glob(f"{out}/budget_{budget.replace('/', '_')}_r*.jsonl"))
+    for line in (line for name in files for line in open(name)):
         r = json.loads(line)
         task = r["task"]["name"].removesuffix(".py")
         t = r.get("timing") or {}
