@@ -5,7 +5,7 @@
 # ROUNDS times under each budget in BUDGETS, rounds interleaved, and prints per task and budget
 # the candidate's median ms per round, the configs the autotuner kept, and the speedups. Run on the
 # GPU machine after scripts/gpu-prepare:
-#   scripts/probe/autotune_budget.sh [EVAL ARGS]  (OUT, ROUNDS=2, BUDGETS="triton default", TASKS,
+#   scripts/probe/autotune_budget.sh [EVAL ARGS]  (OUT, ROUNDS=2, BUDGETS="triton fast", TASKS,
 #                                                 DEVICE=cuda:0)
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,7 +18,7 @@ export CRUCIBLE_CACHE=${CRUCIBLE_CACHE:-/tmp/crucible-cache}
 kb=${KERNELBENCH:-.device-carry/kb}
 device=${DEVICE:-cuda:0}
 rounds=${ROUNDS:-2}
-read -r -a budgets <<<"${BUDGETS:-triton default}"
+read -r -a budgets <<<"${BUDGETS:-triton fast}"
 read -r -d "" -a tasks <<<"${TASKS:-level1/1_Square_matrix_multiplication_ level2/12_Gemm_Multiply_LeakyReLU
   level1/23_Softmax level1/2_Standard_matrix_multiplication_ level2/76_Gemm_Add_ReLU
   level1/6_Matmul_with_large_K_dimension_ level1/8_Matmul_with_irregular_shapes_

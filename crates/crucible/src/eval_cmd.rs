@@ -65,9 +65,9 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     timed_nice: i32,
-    /// Benchmark budget of Triton's autotuner in the candidate process, WARMUP/REP in ms, or
-    /// `triton` for Triton's own 25/100 (GPU only).
-    #[arg(long, default_value = "default", value_parser = crucible_judge::AutotuneBudget::parse)]
+    /// Benchmark budget of Triton's autotuner in the candidate process: `triton` (its own
+    /// 25/100 ms), `fast` (5/25) or WARMUP/REP in ms (GPU only).
+    #[arg(long, default_value = "triton", value_parser = crucible_judge::AutotuneBudget::parse)]
     autotune_budget: crucible_judge::AutotuneBudget,
     /// One deadline in seconds for every candidate stage (default: per stage and device).
     #[arg(long)]

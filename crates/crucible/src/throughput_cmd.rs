@@ -107,9 +107,9 @@ pub struct ThroughputArgs {
     #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     timed_nice: i32,
-    /// Benchmark budget of Triton's autotuner in the candidate process, WARMUP/REP in ms, or
-    /// `triton` for Triton's own 25/100 (both modes).
-    #[arg(long, default_value = "default", value_parser = crucible_judge::AutotuneBudget::parse)]
+    /// Benchmark budget of Triton's autotuner in the candidate process: `triton` (its own
+    /// 25/100 ms), `fast` (5/25) or WARMUP/REP in ms (both modes).
+    #[arg(long, default_value = "triton", value_parser = crucible_judge::AutotuneBudget::parse)]
     autotune_budget: crucible_judge::AutotuneBudget,
     /// Correctness trials per candidate.
     #[arg(long, default_value_t = 5)]
