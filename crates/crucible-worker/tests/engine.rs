@@ -91,6 +91,13 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
         exclusive_timing: true,
     };
     let engine = engine(&runtime, options, tuning(Some(probe)));
+    // The pool's first pairs wait for the referee zygote's imports; an evaluation asking before
+    // any pair exists starts its own (on a loaded 2-core CI machine, seconds), which is not what
+    // this test is about.
+    let until = Instant::now() + Duration::from_secs(120);
+    while engine.started() < 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let jobs: Vec<Job> = (0..4)
         .map(|seed| job("task_relu.py", "honest_relu.py", seed))
         .collect();
