@@ -226,7 +226,7 @@ class AutotunePrecompile:
 
 class AutotuneBudget:
     """The judge's benchmark budget for Triton's autotuner (`[warm-up, repetitions]` in ms, from
-    the `load` request; `AutotuneBudget` in judge.rs says why). It replaces the benchmarker of an
+    the `load` request; `AutotuneBudget` in crucible-result says why). It replaces the benchmarker of an
     autotuner that brought none of its own: one built with `do_bench=`, `warmup=` or `rep=` keeps
     what the candidate asked for. Not on Triton's interpreter, which has no GPU to spare."""
 
