@@ -14,7 +14,7 @@ use crucible_worker::{Engine, EngineOptions, LoopConfig, Tuning, run_worker};
 
 mod common;
 
-use common::{fixture, runtime};
+use common::{fixture, runtime, wait_until};
 
 fn spec(name: &str, candidate: &str) -> TaskSpec {
     let mut spec = TaskSpec::new(name, fixture("task_relu.py"), candidate);
@@ -75,17 +75,6 @@ struct StopOnDrop<'a>(&'a AtomicBool);
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn wait_until<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let until = Instant::now() + within;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -13,7 +13,7 @@ use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
 
 mod common;
 
-use common::{fixture, runtime};
+use common::{fixture, runtime, wait_until};
 
 fn job(task: &str, candidate: &str, seed: u64) -> Job {
     Job {
@@ -94,10 +94,9 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
     // The pool's first pairs wait for the referee zygote's imports; an evaluation asking before
     // any pair exists starts its own (on a loaded 2-core CI machine, seconds), which is not what
     // this test is about.
-    let until = Instant::now() + Duration::from_secs(120);
-    while engine.started() < 2 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the pool's first pairs", Duration::from_secs(120), || {
+        (engine.started() >= 2).then_some(())
+    });
     let jobs: Vec<Job> = (0..4)
         .map(|seed| job("task_relu.py", "honest_relu.py", seed))
         .collect();

@@ -65,10 +65,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     timed_nice: i32,
-    /// Benchmark budget of Triton's autotuner in the candidate process: `triton` (its own
-    /// 25/100 ms), `fast` (5/25) or WARMUP/REP in ms (GPU only).
-    #[arg(long, default_value = "triton", value_parser = crucible_judge::AutotuneBudget::parse)]
-    autotune_budget: crucible_judge::AutotuneBudget,
+    #[command(flatten)]
+    autotune: AutotuneArg,
     /// One deadline in seconds for every candidate stage (default: per stage and device).
     #[arg(long)]
     stage_timeout: Option<f64>,
@@ -94,6 +92,24 @@ pub struct EvalArgs {
     jobs: u32,
 }
 
+/// `--autotune-budget`, on `eval`, `serve`, `worker` and `bench-throughput`.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct AutotuneArg {
+    /// Benchmark budget of Triton's autotuner in each candidate process: `triton` (its own
+    /// 25/100 ms, the default), `fast` (5/25: more evaluations an hour) or WARMUP/REP in ms
+    /// (GPU only; part of the result cache's key).
+    #[arg(long, value_parser = crucible_judge::AutotuneBudget::parse)]
+    pub autotune_budget: Option<crucible_judge::AutotuneBudget>,
+}
+
+impl AutotuneArg {
+    pub fn apply(&self, cfg: &mut EvalConfig) {
+        if let Some(budget) = self.autotune_budget {
+            cfg.autotune = budget;
+        }
+    }
+}
+
 fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
     let device = match &args.device {
         Some(name) => name.parse::<Device>().context("--device")?,
@@ -113,7 +129,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
         nice: Some(args.timed_nice),
         ..TimingConfig::default()
     });
-    cfg.autotune = args.autotune_budget;
+    args.autotune.apply(&mut cfg);
     if let Some(secs) = args.stage_timeout {
         if !(secs.is_finite() && secs > 0.0) {
             bail!("--stage-timeout must be a positive number of seconds");

@@ -69,11 +69,8 @@ pub struct WorkerTuning {
     /// Seconds a claim holds before a silent worker's task is given to another.
     #[arg(long, default_value_t = 60.0)]
     lease_secs: f64,
-    /// Benchmark budget of Triton's autotuner in each candidate process: `triton` (its own
-    /// 25/100 ms, the default), `fast` (5/25: more evaluations an hour) or WARMUP/REP in ms
-    /// (part of the result cache's key).
-    #[arg(long, value_parser = crucible_judge::AutotuneBudget::parse)]
-    autotune_budget: Option<crucible_judge::AutotuneBudget>,
+    #[command(flatten)]
+    autotune: crate::eval_cmd::AutotuneArg,
     #[command(flatten)]
     gpu: crate::sandbox_cmd::GpuSandboxArg,
 }
@@ -141,15 +138,12 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         pool_depth: args.tuning.pool_depth.map(|n| n as usize),
         gpu_slots: args.tuning.gpu_slots.map(|n| n as usize),
         // The engine's own default, with the layers and the budget asked for.
-        base: (args.tuning.gpu.gpu_sandbox.is_some() || args.tuning.autotune_budget.is_some())
-            .then(|| {
-                let mut base = EvalConfig::new(device);
-                args.tuning.gpu.apply(&mut base);
-                if let Some(budget) = args.tuning.autotune_budget {
-                    base.autotune = budget;
-                }
-                base
-            }),
+        base: Some({
+            let mut base = EvalConfig::new(device);
+            args.tuning.gpu.apply(&mut base);
+            args.tuning.autotune.apply(&mut base);
+            base
+        }),
         ..Tuning::default()
     };
     let engine = Engine::with_tuning(runtime, device, options, tuning)
@@ -445,7 +439,7 @@ fn worker_command(exe: &std::path::Path, slot: &Slot) -> Command {
     if let Some(layers) = slot.tuning.gpu.gpu_sandbox {
         cmd.arg("--gpu-sandbox").arg(layers.names());
     }
-    if let Some(budget) = slot.tuning.autotune_budget {
+    if let Some(budget) = slot.tuning.autotune.autotune_budget {
         cmd.arg("--autotune-budget").arg(budget.to_string());
     }
     cmd.stdin(Stdio::null());
@@ -550,7 +544,7 @@ mod tests {
         assert_eq!(back.worker.tuning.concurrency, Some(4));
         assert_eq!(back.worker.tuning.gpu_slots, Some(3));
         assert_eq!(
-            back.worker.tuning.autotune_budget,
+            back.worker.tuning.autotune.autotune_budget,
             Some(crucible_judge::AutotuneBudget {
                 warmup_ms: 2,
                 rep_ms: 10

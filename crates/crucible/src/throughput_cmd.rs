@@ -107,10 +107,8 @@ pub struct ThroughputArgs {
     #[arg(long, default_value_t = crucible_judge::TIMED_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     timed_nice: i32,
-    /// Benchmark budget of Triton's autotuner in the candidate process: `triton` (its own
-    /// 25/100 ms), `fast` (5/25) or WARMUP/REP in ms (both modes).
-    #[arg(long, default_value = "triton", value_parser = crucible_judge::AutotuneBudget::parse)]
-    autotune_budget: crucible_judge::AutotuneBudget,
+    #[command(flatten)]
+    autotune: crate::eval_cmd::AutotuneArg,
     /// Correctness trials per candidate.
     #[arg(long, default_value_t = 5)]
     trials: u32,
@@ -179,7 +177,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         nice: Some(args.timed_nice),
         ..TimingConfig::default()
     });
-    base.autotune = args.autotune_budget;
+    args.autotune.apply(&mut base);
     args.sandbox.apply(&mut base);
     let mix = |cases: &[&Case]| {
         let count = |kind| cases.iter().filter(|c| c.kind == kind).count();
@@ -209,7 +207,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         args.warmup,
         args.iters,
         args.trials,
-        args.autotune_budget
+        base.autotune
     );
     let mut json = match &args.json {
         Some(path) => Some(

@@ -1,6 +1,7 @@
 //! What the worker's integration tests share: the judge's fixtures and runtime.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crucible_judge::Runtime;
 
@@ -20,5 +21,17 @@ pub fn runtime() -> Option<Runtime> {
             eprintln!("SKIPPED: no judge Python runtime ({error}); set CRUCIBLE_PYTHON");
             None
         }
+    }
+}
+
+/// Polls `probe` every 50 ms until it gives a value; panics after `within`.
+pub fn wait_until<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
