@@ -4,7 +4,8 @@
 # time on an idle GPU. NVML's utilisation (the share of time a kernel ran) is sampled every 100 ms
 # while `crucible eval` runs; each sample is given to the stage whose time span holds it (spans
 # from the result's stage durations, laid end to end from the first sample). Then the compile
-# probe (compile_cost.py) for the same pairs. Usage: gpu_time_per_stage.sh OUTDIR [TASK...]
+# probe (compile_cost.py) for the same pairs, unless NO_COMPILE_PROBE=1. EVAL_ARGS go to every
+# `crucible eval` (e.g. "--autotune-budget fast"). Usage: gpu_time_per_stage.sh OUTDIR [TASK...]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -26,7 +27,7 @@ for t in "${tasks[@]}"; do
   sampler=$!
   sleep 0.3
   "$bin" eval --device cuda:0 --task "$kb/$t.py" --candidate "examples/kernelbench/$t.py" \
-    --iters 30 --warmup 3 --json >"$out/$name.json" 2>"$out/$name.err"
+    --iters 30 --warmup 3 ${EVAL_ARGS:-} --json >"$out/$name.json" 2>"$out/$name.err"
   sleep 0.3
   kill "$sampler"; wait "$sampler" 2>/dev/null
   pairs+=("$kb/$t.py" "examples/kernelbench/$t.py")
@@ -58,4 +59,4 @@ for t in tasks:
     top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
     print(f"{name:40s} {r['verdict']:9s} wall {r['wall_s']:6.2f} s  GPU busy {total:5.2f} s: {top}")
 PY
-python3 scripts/probe/compile_cost.py "${pairs[@]}" | tee "$out/compile.jsonl"
+[ "${NO_COMPILE_PROBE:-0}" = 1 ] || python3 scripts/probe/compile_cost.py "${pairs[@]}" | tee "$out/compile.jsonl"

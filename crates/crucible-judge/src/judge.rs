@@ -226,7 +226,7 @@ impl EvalConfig {
             abort: None,
             device_shared: false,
             large_work_bytes: 16 << 30,
-            autotune: AutotuneBudget::TRITON,
+            autotune: AutotuneBudget::FAST,
         }
     }
 

@@ -315,12 +315,13 @@ pub struct Timing {
 /// about 0.13 s of GPU time per config at every cache miss, so a six-config matmul solution
 /// spends most of an evaluation's kernel time choosing its tiles, GPU time a warm worker's
 /// other evaluations wait for. The judge times the chosen config afterwards either way; a
-/// smaller budget only makes the choice from fewer repetitions. The default is Triton's own:
-/// `FAST` gave a warm H200 worker 37 % more evaluations an hour, and the configs it chose ran
-/// as fast (profiled GPU busy time 0.97-1.00 of Triton's budget's, 8 tasks), but those
-/// candidates' timed medians came out 6 % slower on average (up to 28 %, two rounds), which is
-/// not explained yet (docs/design-notes.md). A candidate that passes its own `do_bench`, `warmup`
-/// or `rep` to the autotuner keeps them.
+/// smaller budget only makes the choice from fewer repetitions. The default is `FAST`: it gave a
+/// warm H200 worker 37 % more evaluations an hour, the configs it chose ran as fast (profiled
+/// GPU busy time 0.97-1.01 of Triton's budget's, 8 tasks, two calls), and the candidates' timed
+/// medians did not move beyond the judge's noise between fresh processes (fast / triton, geometric
+/// mean over the 8 tasks: 0.99, 0.99 and 1.04 in three one-round runs, each task anywhere from
+/// 0.85 to 1.16; docs/design-notes.md). A candidate that passes its own `do_bench`, `warmup` or
+/// `rep` to the autotuner keeps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AutotuneBudget {
     pub warmup_ms: u32,
@@ -334,13 +335,13 @@ impl AutotuneBudget {
         rep_ms: 100,
     };
 
-    /// For throughput: a fifth of Triton's warm-up and a quarter of its repetitions.
+    /// The judge's default: a fifth of Triton's warm-up and a quarter of its repetitions.
     pub const FAST: AutotuneBudget = AutotuneBudget {
         warmup_ms: 5,
         rep_ms: 25,
     };
 
-    /// `triton` (Triton's own, the default), `fast` (5/25), or `WARMUP/REP` in milliseconds
+    /// `fast` (5/25, the default), `triton` (Triton's own 25/100), or `WARMUP/REP` in milliseconds
     /// (REP at least 1).
     pub fn parse(text: &str) -> Result<AutotuneBudget, String> {
         match text.trim() {

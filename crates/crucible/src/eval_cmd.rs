@@ -95,9 +95,9 @@ pub struct EvalArgs {
 /// `--autotune-budget`, on `eval`, `serve`, `worker` and `bench-throughput`.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct AutotuneArg {
-    /// Benchmark budget of Triton's autotuner in each candidate process: `triton` (its own
-    /// 25/100 ms, the default), `fast` (5/25: more evaluations an hour) or WARMUP/REP in ms
-    /// (GPU only; part of the result cache's key).
+    /// Benchmark budget of Triton's autotuner in each candidate process: `fast` (5/25 ms, the
+    /// default), `triton` (Triton's own 25/100) or WARMUP/REP in ms (GPU only; part of the
+    /// result cache's key).
     #[arg(long, value_parser = crucible_judge::AutotuneBudget::parse)]
     pub autotune_budget: Option<crucible_judge::AutotuneBudget>,
 }
