@@ -30,7 +30,7 @@ import copy
 import math
 import time
 
-from crucible_harness import common
+from crucible_harness import common, fused_stats
 
 # Operand roundings, one float64 forward each: (name, explicit mantissa bits, rounding, whether an
 # emulation with the output rounded the same way is reported too).
@@ -137,6 +137,10 @@ def error_sums(torch, ref64, others):
     largest error. Sums are kept on the device across slices: every fetch waits for each other
     busy process's time slice on a shared GPU (see `common.compare`), so the measurement fetches
     as rarely as it can."""
+    if len(others) == 2 and fused_stats.available(torch, ref64, *others):
+        fused = fused_stats.guarded(torch, fused_stats.error_sums, ref64, *others)
+        if fused is not None:
+            return fused
     sums, worst = None, None
     for ref, *rest in flat_pairs(torch, [ref64, *others]):
         mask = torch.isfinite(ref)
@@ -230,6 +234,10 @@ def emulation_sums(torch, ref64, got, expected, source, derived):
     concatenated, the same numbers, in one walk over the slices: each element of `got` and
     `expected` is converted, tested for finiteness and subtracted from the reference once for
     all of them, and a rounded emulation exists only one slice at a time."""
+    if fused_stats.available(torch, ref64, source, got, expected):
+        fused = fused_stats.guarded(torch, fused_stats.emulation_sums, ref64, got, expected, source, derived)
+        if fused is not None:
+            return fused
     sums = [[None, None, None, None] for _ in derived]
     for ref, src, *others in flat_pairs(torch, [ref64, source, got, expected]):
         finite_ref = torch.isfinite(ref)

@@ -9,7 +9,7 @@ import contextlib
 import sys
 import traceback
 
-from crucible_harness import common, precision
+from crucible_harness import common, fused_stats, precision
 from crucible_harness.common import compare
 
 
@@ -148,6 +148,7 @@ class Referee:
             self.kept = snapshot
         if msg.get("precision") and not problems:
             self.precision_trial = (pristine, expected, snapshot)
+            fused_stats.warm_in_background(torch, expected, snapshot)
         if msg.get("against_kept") and self.kept is not None:
             for j, (first, again) in enumerate(zip(self.kept, snapshot, strict=True)):
                 atol, rtol = common.tolerance_for(torch, self.tolerance, first)

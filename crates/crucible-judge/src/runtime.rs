@@ -28,6 +28,10 @@ const HARNESS_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/crucible_harness/precision.py"),
     ),
     (
+        "fused_stats.py",
+        include_str!("../../../python/crucible_harness/fused_stats.py"),
+    ),
+    (
         "candidate.py",
         include_str!("../../../python/crucible_harness/candidate.py"),
     ),

@@ -1,0 +1,228 @@
+"""The precision measurement's statistics over large outputs on a GPU, one Triton kernel pass each.
+
+`precision.error_sums` and `precision.emulation_sums` walk an output in float64 slices with about
+twenty torch operations per slice and emulation, each a pass over the slice: on an H200 the
+statistics were 1.5 s of 23_Softmax's 1.8 s measurement (a 1.6e9-element output), the largest
+piece of GPU time any evaluation of the throughput set takes (`scripts/probe/gpu_time_per_stage.sh`).
+Here each is one pass that reads every operand once and leaves one row of partial sums per block;
+the rows are added up by torch (a fixed order: the same numbers every run). The numbers are the
+torch path's, up to the order of float64 additions.
+
+Trusted, run by the referee only, and only for CUDA tensors of `FUSED_MIN_ELEMENTS` or more: a
+kernel's first launch in a process compiles it (about a CPU-second), which a small output's
+torch path does not cost. Anything else stays on the torch path (`available` says which)."""
+
+import sys
+import threading
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch path then takes every output
+    triton = None
+
+# At this many elements or more the statistics take the fused kernels on a GPU: four of the torch
+# path's slices, where it launches about a hundred operations per emulation.
+FUSED_MIN_ELEMENTS = 1 << 26
+
+# Elements per program and warps per program (8 float64 elements of each operand per thread);
+# rows of partial sums are `n / BLOCK` long (0.8 M rows, 75 MB, for 1.6e9 elements).
+BLOCK = 2048
+NUM_WARPS = 8
+
+# Numbers per row of `emulation_block_sums`, in `precision.emulation_sums`' order.
+EMULATION_SUMS = 12
+
+
+def available(torch, *tensors):
+    """Whether the fused kernels take these tensors: all on a CUDA device, the first one
+    `FUSED_MIN_ELEMENTS` long or more, every one contiguous with as many elements (a copy of
+    an output that size is gigabytes the memory estimate of the measurement does not hold)."""
+    first = tensors[0]
+    return (
+        first.is_cuda
+        and first.numel() >= FUSED_MIN_ELEMENTS
+        and all(t.is_cuda and t.is_contiguous() and t.numel() == first.numel() for t in tensors)
+        and kernels() is not None
+        and not failed
+    )
+
+
+# Set once a kernel failed other than by running out of memory: the torch path from then on.
+failed = False
+
+
+def guarded(torch, compute, *args):
+    """`compute(torch, *args)` on the fused path, or None (the caller takes the torch path) when
+    it fails other than by running out of memory, which is the measurement's to report. The
+    first failure goes to the referee's log."""
+    global failed
+    try:
+        wait_warm()
+        return compute(torch, *args)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:
+        failed = True
+        print(f"fused statistics failed, the torch path takes over: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+# The thread compiling the kernels (`warm_in_background`), joined before their first launch.
+warming = None
+
+
+def warm_in_background(torch, expected, got):
+    """Compiles, on a thread, the kernels that measuring these outputs (a passing trial's
+    expected and candidate outputs) will launch, so that their compile (about a CPU-second
+    each, with the launcher's gcc) overlaps the evaluation's other trials instead of holding a
+    share of the GPU that timed phases wait for. Only for outputs the kernels will take."""
+    global warming
+    outputs = [(e, g) for e, g in zip(expected, got, strict=True) if e.is_floating_point() and available(torch, e, g)]
+    if warming is not None or not outputs:
+        return
+
+    def warm():
+        try:
+            for e, g in outputs:
+                ref = torch.zeros(16, dtype=torch.float64, device=e.device)
+                exp, out = (
+                    torch.zeros(16, dtype=e.dtype, device=e.device),
+                    torch.zeros(16, dtype=g.dtype, device=e.device),
+                )
+                rows = torch.empty((1, EMULATION_SUMS), dtype=torch.float64, device=e.device)
+                launch = {"BLOCK": BLOCK, "num_warps": NUM_WARPS, "grid": (1,)}
+                error_block_sums.warmup(ref, out, exp, rows, 16, **launch)._init_handles()
+                emulation_block_sums.warmup(ref, ref, out, exp, rows, 16, 0, **launch)._init_handles()
+        except Exception as exc:
+            # The first launch compiles again, and reports what fails there.
+            print(f"warming the fused statistics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    warming = threading.Thread(target=warm, name="fused-stats-warm", daemon=True)
+    warming.start()
+
+
+def wait_warm():
+    if warming is not None:
+        warming.join()
+
+
+def kernels():
+    """`(error_block_sums, emulation_block_sums)`, or None where Triton cannot be imported."""
+    if triton is None:
+        return None
+    return error_block_sums, emulation_block_sums
+
+
+if triton is not None:
+    # At module level: Triton resolves a kernel's callees among its module's globals.
+    @triton.jit
+    def finite(v):
+        return (v == v) & (tl.abs(v) < float("inf"))
+
+    # `n` and `drop` unspecialized: a kernel compiled ahead on 16 elements serves any length.
+    @triton.jit(do_not_specialize=["n"])
+    def error_block_sums(ref_ptr, got_ptr, exp_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        # `precision.error_sums(ref64, [got, expected])` over one block: the element count,
+        # <ref, ref>, each one's squared error, each one's largest error, over the elements
+        # where all three are finite.
+        pid = tl.program_id(0).to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        inside = offs < n
+        r = tl.load(ref_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        g = tl.load(got_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        x = tl.load(exp_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        mask = inside & finite(r) & finite(g) & finite(x)
+        kept = tl.where(mask, r, 0.0)
+        dg = tl.where(mask, g - kept, 0.0)
+        dx = tl.where(mask, x - kept, 0.0)
+        row = out_ptr + pid * 6
+        tl.store(row + 0, tl.sum(mask.to(tl.float64), 0))
+        tl.store(row + 1, tl.sum(kept * kept, 0))
+        tl.store(row + 2, tl.sum(dg * dg, 0))
+        tl.store(row + 3, tl.sum(dx * dx, 0))
+        tl.store(row + 4, tl.max(tl.abs(dg), 0))
+        tl.store(row + 5, tl.max(tl.abs(dx), 0))
+
+    @triton.jit(do_not_specialize=["n", "drop"])
+    def emulation_block_sums(ref_ptr, src_ptr, got_ptr, exp_ptr, out_ptr, n, drop, BLOCK: tl.constexpr):
+        # One emulation of `precision.emulation_sums` over one block: `src` itself when `drop`
+        # is 0, else `src` rounded to 23 - `drop` explicit bits as `precision.round_mantissa`
+        # rounds (nearest, ties to even, on the float32 bits). Its 12 numbers: the element
+        # count, <kept ref, kept ref>, the emulated error's square and largest value, then for
+        # the candidate and for the reference's own output <d, d>, <de, de>, <d, de>, count.
+        pid = tl.program_id(0).to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        inside = offs < n
+        r = tl.load(ref_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        s = tl.load(src_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        g = tl.load(got_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        x = tl.load(exp_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        s32 = s.to(tl.float32)
+        bits = s32.to(tl.int32, bitcast=True)
+        # Half an ulp minus one, plus the lowest kept bit: ties go to even. With `drop` 0 the
+        # rounded value is computed but not used.
+        half = (1 << tl.maximum(drop - 1, 0)) - 1
+        bits = (bits + half + ((bits >> drop) & 1)) & ~((1 << drop) - 1)
+        rounded = tl.where(finite(s32), bits.to(tl.float32, bitcast=True), s32).to(tl.float64)
+        e = tl.where(drop > 0, rounded, s)
+        mask = inside & finite(r) & finite(e)
+        kept = tl.where(mask, r, 0.0)
+        de = tl.where(mask, e - r, 0.0)
+        row = out_ptr + pid * 12
+        tl.store(row + 0, tl.sum(mask.to(tl.float64), 0))
+        tl.store(row + 1, tl.sum(kept * kept, 0))
+        tl.store(row + 2, tl.sum(de * de, 0))
+        tl.store(row + 3, tl.max(tl.abs(de), 0))
+        within = mask & finite(g)
+        d = tl.where(within, g - r, 0.0)
+        dw = tl.where(within, de, 0.0)
+        tl.store(row + 4, tl.sum(d * d, 0))
+        tl.store(row + 5, tl.sum(dw * dw, 0))
+        tl.store(row + 6, tl.sum(d * dw, 0))
+        tl.store(row + 7, tl.sum(within.to(tl.float64), 0))
+        within = mask & finite(x)
+        d = tl.where(within, x - r, 0.0)
+        dw = tl.where(within, de, 0.0)
+        tl.store(row + 8, tl.sum(d * d, 0))
+        tl.store(row + 9, tl.sum(dw * dw, 0))
+        tl.store(row + 10, tl.sum(d * dw, 0))
+        tl.store(row + 11, tl.sum(within.to(tl.float64), 0))
+
+
+def block_rows(torch, n, width, device):
+    """One row of `width` partial sums per block of `n` elements."""
+    return torch.empty((-(-n // BLOCK), width), dtype=torch.float64, device=device)
+
+
+def fold(torch, partial, maxima):
+    """The rows of partial sums added up; the columns in `maxima` take the largest instead."""
+    total = partial.sum(0)
+    for column in maxima:
+        total[column] = partial[:, column].max()
+    return total
+
+
+def error_sums(torch, ref64, got, expected):
+    """`precision.error_sums(torch, ref64, [got, expected])`, on the device, in one pass."""
+    error_block_sums, _ = kernels()
+    flat = [t.reshape(-1) for t in (ref64, got, expected)]
+    n = flat[0].numel()
+    partial = block_rows(torch, n, 6, ref64.device)
+    error_block_sums[(partial.shape[0],)](*flat, partial, n, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return fold(torch, partial, (4, 5))
+
+
+def emulation_sums(torch, ref64, got, expected, source, derived):
+    """`precision.emulation_sums`, on the device, one pass per emulation in `derived`."""
+    _, emulation_block_sums = kernels()
+    flat = [t.reshape(-1) for t in (ref64, source, got, expected)]
+    n = flat[0].numel()
+    sums = []
+    for _name, bits in derived:
+        partial = block_rows(torch, n, EMULATION_SUMS, ref64.device)
+        drop = 0 if bits is None else 23 - bits
+        emulation_block_sums[(partial.shape[0],)](*flat, partial, n, drop, BLOCK=BLOCK, num_warps=NUM_WARPS)
+        sums.append(fold(torch, partial, (3,)))
+        del partial
+    return torch.cat(sums)

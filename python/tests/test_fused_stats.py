@@ -1,0 +1,84 @@
+"""The precision measurement's fused statistics (`fused_stats.py`): run here on Triton's
+interpreter (conftest sets it), they must give the torch path's numbers for the same operands,
+rounding included, and the torch path must take over whatever they cannot do."""
+
+import math
+
+import pytest
+import torch
+
+from crucible_harness import fused_stats, precision
+
+
+def operands(dtype):
+    """A float64 reference, a float64 source for the emulations and the expected and candidate
+    outputs in `dtype`, over a length that is not a multiple of a block, with every kind of
+    element the statistics single out."""
+    g = torch.Generator().manual_seed(7)
+    n = 3 * fused_stats.BLOCK + 123
+    ref = torch.randn(n, generator=g, dtype=torch.float64) * 10
+    src = ref + 1e-6 * torch.randn(n, generator=g, dtype=torch.float64)
+    # Ties of both roundings, exactly half an ulp (10 and 7 explicit bits) above an even and an
+    # odd kept mantissa, large enough to count in the sums; negative ones too.
+    for i, (mantissa, bits) in enumerate([(0, 10), (1, 10), (0, 7), (1, 7)]):
+        tie = (1.0 + mantissa * 2.0**-bits + 2.0 ** -(bits + 1)) * 64.0
+        src[10 + i], src[20 + i] = tie, -tie
+    src[30] = 3.5e38  # past float32's range once rounded: infinite, left out
+    src[31] = 1e-40  # a float32 subnormal
+    got = (ref + 1e-3 * torch.randn(n, generator=g, dtype=torch.float64)).to(dtype)
+    expected = ref.to(dtype)
+    got[5], expected[n - 7], ref[100], src[2000] = math.nan, math.inf, math.nan, -math.inf
+    return ref, src, got, expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_fused_emulation_sums_are_the_torch_paths(dtype):
+    ref, src, got, expected = operands(dtype)
+    derived = [("plain", None), ("rn10+out", 10), ("rn7+out", 7)]
+    fused = fused_stats.emulation_sums(torch, ref, got, expected, src, derived)
+    plain = precision.emulation_sums(torch, ref, got, expected, src, derived)
+    assert fused.shape == plain.shape == (precision.SUMS_PER_EMULATION * len(derived),)
+    assert torch.allclose(fused, plain, rtol=1e-12, atol=0.0), (fused - plain).abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_error_sums_are_the_torch_paths(dtype):
+    ref, _src, got, expected = operands(dtype)
+    fused = fused_stats.error_sums(torch, ref, got, expected)
+    plain = precision.error_sums(torch, ref, [got, expected])
+    assert torch.allclose(fused, plain, rtol=1e-12, atol=0.0), (fused - plain).abs().max()
+
+
+def test_a_rounding_off_by_one_bit_shows_in_the_sums():
+    """The comparison above can fail: the same operands with the source rounded to one bit more
+    give different numbers."""
+    ref, src, got, expected = operands(torch.float32)
+    fused = fused_stats.emulation_sums(torch, ref, got, expected, src, [("rn10", 10)])
+    other = precision.emulation_sums(torch, ref, got, expected, src, [("rn11", 11)])
+    assert not torch.allclose(fused, other, rtol=1e-6, atol=0.0)
+
+
+def test_only_large_device_tensors_take_the_kernels():
+    big = torch.zeros(fused_stats.FUSED_MIN_ELEMENTS, dtype=torch.float32)
+    assert not fused_stats.available(torch, big, big)  # on the CPU
+
+
+def test_a_failing_kernel_hands_over_to_the_torch_path(monkeypatch, capsys):
+    monkeypatch.setattr(fused_stats, "failed", False)
+
+    def broken(torch, *args):
+        raise RuntimeError("no launcher")
+
+    assert fused_stats.guarded(torch, broken) is None
+    assert fused_stats.failed
+    assert "no launcher" in capsys.readouterr().err
+
+    def out_of_memory(torch, *args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    # Running out of memory is the measurement's to report (beside other evaluations, the judge
+    # asks again and then retries the evaluation alone), not a reason to change paths.
+    monkeypatch.setattr(fused_stats, "failed", False)
+    with pytest.raises(torch.OutOfMemoryError):
+        fused_stats.guarded(torch, out_of_memory)
+    assert not fused_stats.failed
