@@ -85,11 +85,11 @@ def warm_in_background(torch, expected, got):
     def warm():
         try:
             for e, g in outputs:
-                ref = torch.zeros(16, dtype=torch.float64, device=e.device)
-                exp, out = (
-                    torch.zeros(16, dtype=e.dtype, device=e.device),
-                    torch.zeros(16, dtype=g.dtype, device=e.device),
-                )
+                # `empty`, not `zeros`: nothing may run on the GPU here, outside the judge's share
+                # of it (compiling and loading the kernels launches none).
+                ref = torch.empty(16, dtype=torch.float64, device=e.device)
+                exp = torch.empty(16, dtype=e.dtype, device=e.device)
+                out = torch.empty(16, dtype=g.dtype, device=e.device)
                 rows = torch.empty((1, EMULATION_SUMS), dtype=torch.float64, device=e.device)
                 launch = {"BLOCK": BLOCK, "num_warps": NUM_WARPS, "grid": (1,)}
                 error_block_sums.warmup(ref, out, exp, rows, 16, **launch)._init_handles()
