@@ -82,3 +82,45 @@ def test_a_failing_kernel_hands_over_to_the_torch_path(monkeypatch, capsys):
     with pytest.raises(torch.OutOfMemoryError):
         fused_stats.guarded(torch, out_of_memory)
     assert not fused_stats.failed
+
+
+def test_the_warm_up_compiles_each_kernel_with_its_own_arguments(monkeypatch):
+    """The thread compiles ahead exactly what `error_sums` and `emulation_sums` launch (every
+    argument of each kernel, by position, and the launch options): a mismatch would only print
+    a line and leave the compile to the first launch, under a share of the GPU."""
+    compiled = []
+
+    class Kernel:
+        def __init__(self, real):
+            self.real = real
+
+        def warmup(self, *args, grid, num_warps, **constexprs):
+            assert len(args) + len(constexprs) == len(self.real.arg_names)
+            assert list(constexprs) == ["BLOCK"] and constexprs["BLOCK"] == fused_stats.BLOCK
+            assert (grid, num_warps) == ((1,), fused_stats.NUM_WARPS)
+            compiled.append((self.real.arg_names, [getattr(a, "dtype", a) for a in args]))
+            return self
+
+        def _init_handles(self):
+            pass
+
+    monkeypatch.setattr(fused_stats, "error_block_sums", Kernel(fused_stats.error_block_sums))
+    monkeypatch.setattr(fused_stats, "emulation_block_sums", Kernel(fused_stats.emulation_block_sums))
+    monkeypatch.setattr(fused_stats, "available", lambda torch, *tensors: True)
+    monkeypatch.setattr(fused_stats, "warming", None)
+    # Dtypes that differ between the two, so that an argument in the wrong place shows.
+    expected = [torch.zeros(4), torch.zeros(4, dtype=torch.int64)]
+    got = [torch.zeros(4, dtype=torch.float16), torch.zeros(4, dtype=torch.int64)]
+    fused_stats.warm_in_background(torch, expected, got)
+    fused_stats.wait_warm()
+    f64, f32, f16 = torch.float64, torch.float32, torch.float16
+    assert compiled == [
+        (["ref_ptr", "got_ptr", "exp_ptr", "out_ptr", "n", "BLOCK"], [f64, f16, f32, f64, 16]),
+        (
+            ["ref_ptr", "src_ptr", "got_ptr", "exp_ptr", "out_ptr", "n", "drop", "BLOCK"],
+            [f64, f64, f16, f32, f64, 16, 0],
+        ),
+    ]  # once, for the one floating-point output
+    fused_stats.warm_in_background(torch, expected, got)  # a second kept trial: nothing more
+    fused_stats.wait_warm()
+    assert len(compiled) == 2
