@@ -31,8 +31,8 @@ mod record;
 mod session;
 pub use generalize::{Generalize, SHAPE_SPECIALIZED};
 pub use hooks::{
-    Abort, ReferenceKey, ReferenceTiming, ReferenceTimingCache, StageObserver, Teardown,
-    TimedPhaseGate, TimedPhaseGuard,
+    Abort, LargeTasks, ReferenceKey, ReferenceTiming, ReferenceTimingCache, StageObserver,
+    Teardown, TimedPhaseGate, TimedPhaseGuard,
 };
 
 /// Module name the candidate harness imports the candidate file as; launches of kernels
@@ -189,9 +189,12 @@ pub struct EvalConfig {
     pub device_shared: bool,
     /// Untimed device work estimated at this many bytes or more takes the gate's large share
     /// ([`TimedPhaseGate::share_large`]): a precision measurement, and the trials once one
-    /// trial's tensors reach it. 16 GiB by default; a service engine sets it from the GPU's
+    /// trial's tensors reach it (every claim, for a task in `large_tasks`). 16 GiB by default; a service engine sets it from the GPU's
     /// memory ([`large_work_bytes_for`]).
     pub large_work_bytes: u64,
+    /// Tasks an earlier evaluation found large, shared between evaluations; `None`: each
+    /// evaluation finds out in its first trial.
+    pub large_tasks: Option<Arc<LargeTasks>>,
     /// The autotuner's benchmark budget in the candidate process (GPU only; Triton's
     /// interpreter is left as it is).
     pub autotune: AutotuneBudget,
@@ -226,6 +229,7 @@ impl EvalConfig {
             abort: None,
             device_shared: false,
             large_work_bytes: 16 << 30,
+            large_tasks: None,
             autotune: AutotuneBudget::FAST,
         }
     }
@@ -444,6 +448,11 @@ impl<'a> Evaluation<'a> {
         task_path: &Path,
         task_src: &[u8],
     ) -> Evaluation<'a> {
+        let task_sha256 = file_ref(task_path, task_src).sha256;
+        let large_device_work = cfg
+            .large_tasks
+            .as_ref()
+            .is_some_and(|large| large.contains(&task_sha256, cfg.size_profile.as_deref()));
         Evaluation {
             runtime,
             cfg,
@@ -459,13 +468,13 @@ impl<'a> Evaluation<'a> {
                 ..Default::default()
             },
             size_profile: cfg.size_profile.clone().unwrap_or_else(|| "auto".into()),
-            task_sha256: file_ref(task_path, task_src).sha256,
+            task_sha256,
             generalization: None,
             timing_blocked: None,
             timing: None,
             profile: None,
             precision: None,
-            large_device_work: false,
+            large_device_work,
         }
     }
 }

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crucible_judge::{
-    Device, EvalConfig, Runtime, StageLimits, StageObserver, TimedPhaseGate, TimedPhaseGuard,
-    evaluate,
+    Device, EvalConfig, LargeTasks, Runtime, StageLimits, StageObserver, TimedPhaseGate,
+    TimedPhaseGuard, evaluate,
 };
 use crucible_result::Verdict;
 
@@ -66,6 +66,14 @@ const TRIAL_BYTES: u64 = 4 * 8 * 100 * 4;
 
 /// The claims of one honest relu evaluation with large work from `large_work_bytes` on.
 fn claims(large_work_bytes: u64) -> Option<Vec<(String, Claim)>> {
+    claims_knowing(large_work_bytes, None)
+}
+
+/// [`claims`], with the tasks earlier evaluations found large.
+fn claims_knowing(
+    large_work_bytes: u64,
+    large_tasks: Option<Arc<LargeTasks>>,
+) -> Option<Vec<(String, Claim)>> {
     let runtime = match Runtime::discover() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -80,6 +88,7 @@ fn claims(large_work_bytes: u64) -> Option<Vec<(String, Claim)>> {
     cfg.timed_phases = Some(recorder.clone());
     cfg.stage_observer = Some(recorder.clone());
     cfg.large_work_bytes = large_work_bytes;
+    cfg.large_tasks = large_tasks;
     let (task, candidate) = (fixture("task_relu.py"), fixture("honest_relu.py"));
     let result = evaluate(
         &runtime,
@@ -136,4 +145,31 @@ fn below_the_size_trials_share_and_the_precision_measurement_goes_by_its_own_est
         .collect();
     assert_eq!(large, ["precision"], "{claims:?}");
     assert!(claims.iter().any(|(s, _)| s == "repeat"), "{claims:?}");
+}
+
+#[test]
+fn a_task_found_large_is_large_from_the_first_claim_of_its_next_evaluation() {
+    let large = Arc::new(LargeTasks::new());
+    let Some(first) = claims_knowing(TRIAL_BYTES, Some(Arc::clone(&large))) else {
+        return;
+    };
+    // The first evaluation finds out as the evaluation without the set does.
+    let first_large = first.iter().position(|(_, claim)| *claim == Claim::Large);
+    assert_eq!(first_large, Some(3), "{first:?}");
+    let second = claims_knowing(TRIAL_BYTES, Some(Arc::clone(&large))).expect("runtime");
+    assert!(
+        second.iter().all(|(_, claim)| *claim == Claim::Large),
+        "the reference, the load and trial 0's prepare too: {second:?}"
+    );
+    assert!(second.iter().any(|(s, _)| s == "trial_0"), "{second:?}");
+    // Below the size nothing is recorded: another task's evaluation beside it is unaffected.
+    let other = Arc::new(LargeTasks::new());
+    claims_knowing(TRIAL_BYTES + 1, Some(Arc::clone(&other))).expect("runtime");
+    let after = claims_knowing(TRIAL_BYTES + 1, Some(other)).expect("runtime");
+    let large_stages: Vec<&str> = after
+        .iter()
+        .filter(|(_, claim)| *claim == Claim::Large)
+        .map(|(stage, _)| stage.as_str())
+        .collect();
+    assert_eq!(large_stages, ["precision"], "{after:?}");
 }

@@ -186,6 +186,7 @@ impl Engine {
         let versions = versions(&runtime, &facts, &base);
         if let Some(memory) = facts.memory_bytes {
             base.large_work_bytes = crucible_judge::large_work_bytes_for(memory);
+            base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
         }
         let reaper = Arc::new(
             reaper::Reaper::start(tuning.probe.clone()).map_err(|source| EngineError::Io {

@@ -5,6 +5,7 @@
 //!
 //! Both are optional; without them an evaluation behaves exactly as a standalone one.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
@@ -77,6 +78,39 @@ pub struct ReferenceTiming {
 pub trait ReferenceTimingCache: Send + Sync + Debug {
     fn lookup(&self, key: &ReferenceKey) -> Option<ReferenceTiming>;
     fn store(&self, key: ReferenceKey, timing: ReferenceTiming);
+}
+
+/// The tasks whose device work an evaluation found large (a trial's tensors of
+/// `EvalConfig::large_work_bytes` or more), by task file and requested size profile, so that
+/// later evaluations of them take the gate's large share from their first claim on the device
+/// instead of from the second half of their first trial. Trial 0's inputs and expected outputs
+/// were otherwise drawn under an ordinary share: on an H200 at eight evaluations at once, a
+/// 23_Softmax referee held 24.6 GiB that way beside another's 72.7 GiB precision measurement
+/// and about thirty smaller processes, and the device ran out of memory.
+#[derive(Debug, Default)]
+pub struct LargeTasks(Mutex<HashSet<(String, Option<String>)>>);
+
+impl LargeTasks {
+    pub fn new() -> LargeTasks {
+        LargeTasks::default()
+    }
+
+    pub fn contains(&self, task_sha256: &str, size_profile: Option<&str>) -> bool {
+        let key = (task_sha256.to_string(), size_profile.map(str::to_string));
+        self.lock().contains(&key)
+    }
+
+    pub fn insert(&self, task_sha256: &str, size_profile: Option<&str>) {
+        let key = (task_sha256.to_string(), size_profile.map(str::to_string));
+        self.lock().insert(key);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(String, Option<String>)>> {
+        // A set of keys stays whole whatever panicked while holding it.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Takes an evaluation's processes once they have been sent `SIGKILL`: waiting for them to exit

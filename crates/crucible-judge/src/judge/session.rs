@@ -330,9 +330,14 @@ impl Session {
             referee_call(referee, &prepare, limit)?
         };
         // From here on, a large trial's work keeps apart from other large work on the device
-        // (prepare already ran under an ordinary share: nothing told its size before).
-        eval.large_device_work |=
-            trial_work_is_large(prepared.tensor_bytes, eval.cfg.large_work_bytes);
+        // (prepare already ran under an ordinary share unless an earlier evaluation of the
+        // task told its size: `EvalConfig::large_tasks`).
+        if trial_work_is_large(prepared.tensor_bytes, eval.cfg.large_work_bytes) {
+            eval.large_device_work = true;
+            if let Some(large) = &eval.cfg.large_tasks {
+                large.insert(&eval.task_sha256, eval.cfg.size_profile.as_deref());
+            }
+        }
         // The repeat (`against_kept`) runs with autograd on, unlike the trials: a candidate
         // that does its own work in only one grad mode shows there.
         let run = CandidateRequest::Run {
