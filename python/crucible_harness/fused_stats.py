@@ -120,6 +120,23 @@ if triton is not None:
     def finite(v):
         return (v == v) & (tl.abs(v) < float("inf"))
 
+    @triton.jit
+    def load_f64(ptr, offs, inside):
+        # Outside the tensor: 0, finite, so the caller's own `inside` must leave it out.
+        return tl.load(ptr + offs, mask=inside, other=0.0).to(tl.float64)
+
+    @triton.jit
+    def store_fingerprint_sums(row, other, r, de, mask):
+        # `precision.fingerprint_step` of `other`'s error and the emulated one over one block,
+        # where `other` is finite too: <d, d>, <de, de>, <d, de>, the count.
+        within = mask & finite(other)
+        d = tl.where(within, other - r, 0.0)
+        dw = tl.where(within, de, 0.0)
+        tl.store(row + 0, tl.sum(d * d, 0))
+        tl.store(row + 1, tl.sum(dw * dw, 0))
+        tl.store(row + 2, tl.sum(d * dw, 0))
+        tl.store(row + 3, tl.sum(within.to(tl.float64), 0))
+
     # `n` and `drop` unspecialized: a kernel compiled ahead on 16 elements serves any length.
     @triton.jit(do_not_specialize=["n"])
     def error_block_sums(ref_ptr, got_ptr, exp_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -129,9 +146,9 @@ if triton is not None:
         pid = tl.program_id(0).to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         inside = offs < n
-        r = tl.load(ref_ptr + offs, mask=inside, other=0.0).to(tl.float64)
-        g = tl.load(got_ptr + offs, mask=inside, other=0.0).to(tl.float64)
-        x = tl.load(exp_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        r = load_f64(ref_ptr, offs, inside)
+        g = load_f64(got_ptr, offs, inside)
+        x = load_f64(exp_ptr, offs, inside)
         mask = inside & finite(r) & finite(g) & finite(x)
         kept = tl.where(mask, r, 0.0)
         dg = tl.where(mask, g - kept, 0.0)
@@ -154,10 +171,10 @@ if triton is not None:
         pid = tl.program_id(0).to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         inside = offs < n
-        r = tl.load(ref_ptr + offs, mask=inside, other=0.0).to(tl.float64)
-        s = tl.load(src_ptr + offs, mask=inside, other=0.0).to(tl.float64)
-        g = tl.load(got_ptr + offs, mask=inside, other=0.0).to(tl.float64)
-        x = tl.load(exp_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        r = load_f64(ref_ptr, offs, inside)
+        s = load_f64(src_ptr, offs, inside)
+        g = load_f64(got_ptr, offs, inside)
+        x = load_f64(exp_ptr, offs, inside)
         s32 = s.to(tl.float32)
         bits = s32.to(tl.int32, bitcast=True)
         # Half an ulp minus one, plus the lowest kept bit: ties go to even. With `drop` 0 the
@@ -174,20 +191,8 @@ if triton is not None:
         tl.store(row + 1, tl.sum(kept * kept, 0))
         tl.store(row + 2, tl.sum(de * de, 0))
         tl.store(row + 3, tl.max(tl.abs(de), 0))
-        within = mask & finite(g)
-        d = tl.where(within, g - r, 0.0)
-        dw = tl.where(within, de, 0.0)
-        tl.store(row + 4, tl.sum(d * d, 0))
-        tl.store(row + 5, tl.sum(dw * dw, 0))
-        tl.store(row + 6, tl.sum(d * dw, 0))
-        tl.store(row + 7, tl.sum(within.to(tl.float64), 0))
-        within = mask & finite(x)
-        d = tl.where(within, x - r, 0.0)
-        dw = tl.where(within, de, 0.0)
-        tl.store(row + 8, tl.sum(d * d, 0))
-        tl.store(row + 9, tl.sum(dw * dw, 0))
-        tl.store(row + 10, tl.sum(d * dw, 0))
-        tl.store(row + 11, tl.sum(within.to(tl.float64), 0))
+        store_fingerprint_sums(row + 4, g, r, de, mask)
+        store_fingerprint_sums(row + 8, x, r, de, mask)
 
 
 def block_rows(torch, n, width, device):

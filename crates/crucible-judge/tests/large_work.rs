@@ -103,6 +103,15 @@ fn claims_knowing(
     Some(claims)
 }
 
+/// The stages whose claims were large.
+fn large_stages(claims: &[(String, Claim)]) -> Vec<&str> {
+    claims
+        .iter()
+        .filter(|(_, claim)| *claim == Claim::Large)
+        .map(|(stage, _)| stage.as_str())
+        .collect()
+}
+
 #[test]
 fn a_large_trial_takes_the_large_share_from_its_run_on() {
     let Some(claims) = claims(TRIAL_BYTES) else {
@@ -138,12 +147,7 @@ fn below_the_size_trials_share_and_the_precision_measurement_goes_by_its_own_est
     };
     // 36 bytes per output element: 28,800 for the 800 outputs, above the size, so the
     // precision measurement alone is large.
-    let large: Vec<&str> = claims
-        .iter()
-        .filter(|(_, claim)| *claim == Claim::Large)
-        .map(|(stage, _)| stage.as_str())
-        .collect();
-    assert_eq!(large, ["precision"], "{claims:?}");
+    assert_eq!(large_stages(&claims), ["precision"], "{claims:?}");
     assert!(claims.iter().any(|(s, _)| s == "repeat"), "{claims:?}");
 }
 
@@ -166,10 +170,5 @@ fn a_task_found_large_is_large_from_the_first_claim_of_its_next_evaluation() {
     let other = Arc::new(LargeTasks::new());
     claims_knowing(TRIAL_BYTES + 1, Some(Arc::clone(&other))).expect("runtime");
     let after = claims_knowing(TRIAL_BYTES + 1, Some(other)).expect("runtime");
-    let large_stages: Vec<&str> = after
-        .iter()
-        .filter(|(_, claim)| *claim == Claim::Large)
-        .map(|(stage, _)| stage.as_str())
-        .collect();
-    assert_eq!(large_stages, ["precision"], "{after:?}");
+    assert_eq!(large_stages(&after), ["precision"], "{after:?}");
 }
