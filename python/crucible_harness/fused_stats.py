@@ -1,16 +1,22 @@
-"""The precision measurement's statistics over large outputs on a GPU, one Triton kernel pass each.
+"""The referee's statistics over large outputs on a GPU, one Triton kernel pass each: the
+comparison of a trial's outputs (`common.compare`) and the precision measurement's sums.
 
-`precision.error_sums` and `precision.emulation_sums` walk an output in float64 slices with about
-twenty torch operations per slice and emulation, each a pass over the slice: on an H200 the
-statistics were 1.5 s of 23_Softmax's 1.8 s measurement (a 1.6e9-element output), the largest
-piece of GPU time any evaluation of the throughput set takes (`scripts/probe/gpu_time_per_stage.sh`).
-Here each is one pass that reads every operand once and leaves one row of partial sums per block;
-the rows are added up by torch (a fixed order: the same numbers every run). The numbers are the
-torch path's, up to the order of float64 additions.
+`common.block_statistics` takes about thirty torch operations per slice of an output and
+`precision.error_sums` / `precision.emulation_sums` about twenty per slice and emulation, each a
+pass over the slice in float64: on an H200 the precision statistics were 1.5 s of 23_Softmax's
+1.8 s measurement (a 1.6e9-element output), the largest piece of GPU time any evaluation of the
+throughput set takes (`scripts/probe/gpu_time_per_stage.sh`), and each comparison of such an
+output (every trial, the repeat, the timed output) dozens of passes more. Here each is one pass
+that reads every operand once and leaves one row of partial sums per block; the rows are added
+up by torch (a fixed order: the same numbers every run). The numbers are the torch path's, up to
+the order of float64 additions; where a comparison finds a mismatch, the torch path still
+locates it (`common.block_problem`).
 
 Trusted, run by the referee only, and only for CUDA tensors of `FUSED_MIN_ELEMENTS` or more: a
 kernel's first launch in a process compiles it (about a CPU-second), which a small output's
-torch path does not cost. Anything else stays on the torch path (`available` says which)."""
+torch path does not cost, so the referee compiles them on a thread as soon as a trial's expected
+outputs show a large one (`warm_in_background`). Anything else stays on the torch path
+(`available` says which), and so does everything after a kernel failed (`guarded`)."""
 
 import sys
 import threading
@@ -72,28 +78,29 @@ def guarded(torch, compute, *args):
 warming = None
 
 
-def warm_in_background(torch, expected, got):
-    """Compiles, on a thread, the kernels that measuring these outputs (a passing trial's
-    expected and candidate outputs) will launch, so that their compile (about a CPU-second
-    each, with the launcher's gcc) overlaps the evaluation's other trials instead of holding a
-    share of the GPU that timed phases wait for. Only for outputs the kernels will take."""
+def warm_in_background(torch, expected):
+    """Compiles, on a thread, the kernels that comparing and measuring these outputs (a trial's
+    expected outputs, just computed: the candidate's have the same dtypes) will launch, so that
+    their compile (about a CPU-second each, with the launcher's gcc) overlaps the candidate's
+    first forward instead of holding a share of the GPU that timed phases wait for. Only for
+    outputs the kernels will take, once per process."""
     global warming
-    outputs = [(e, g) for e, g in zip(expected, got, strict=True) if e.is_floating_point() and available(torch, e, g)]
+    outputs = [e for e in expected if e.is_floating_point() and comparable(torch, e, e)]
     if warming is not None or not outputs:
         return
 
     def warm():
         try:
-            for e, g in outputs:
+            for e in outputs:
                 # `empty`, not `zeros`: nothing may run on the GPU here, outside the judge's share
                 # of it (compiling and loading the kernels launches none).
                 ref = torch.empty(16, dtype=torch.float64, device=e.device)
-                exp = torch.empty(16, dtype=e.dtype, device=e.device)
-                out = torch.empty(16, dtype=g.dtype, device=e.device)
+                out = torch.empty(16, dtype=e.dtype, device=e.device)
                 rows = torch.empty((1, EMULATION_SUMS), dtype=torch.float64, device=e.device)
                 launch = {"BLOCK": BLOCK, "num_warps": NUM_WARPS, "grid": (1,)}
-                error_block_sums.warmup(ref, out, exp, rows, 16, **launch)._init_handles()
-                emulation_block_sums.warmup(ref, ref, out, exp, rows, 16, 0, **launch)._init_handles()
+                compare_block_sums.warmup(out, out, ref, rows, 16, **launch)._init_handles()
+                error_block_sums.warmup(ref, out, out, rows, 16, **launch)._init_handles()
+                emulation_block_sums.warmup(ref, ref, out, out, rows, 16, 0, **launch)._init_handles()
         except Exception as exc:
             # The first launch compiles again, and reports what fails there.
             print(f"warming the fused statistics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -108,10 +115,11 @@ def wait_warm():
 
 
 def kernels():
-    """`(error_block_sums, emulation_block_sums)`, or None where Triton cannot be imported."""
+    """`(compare_block_sums, error_block_sums, emulation_block_sums)`, or None where Triton
+    cannot be imported."""
     if triton is None:
         return None
-    return error_block_sums, emulation_block_sums
+    return compare_block_sums, error_block_sums, emulation_block_sums
 
 
 if triton is not None:
@@ -160,6 +168,38 @@ if triton is not None:
         tl.store(row + 3, tl.sum(dx * dx, 0))
         tl.store(row + 4, tl.max(tl.abs(dg), 0))
         tl.store(row + 5, tl.max(tl.abs(dx), 0))
+
+    @triton.jit(do_not_specialize=["n"])
+    def compare_block_sums(exp_ptr, got_ptr, tol_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        # `common.mismatch_masks` and `common.block_statistics` over one block, as sums: the
+        # largest and summed |got - exp| where both are finite, the largest and summed relative
+        # error (NaN where `exp` is NaN, as torch's clamp gives it), the elements beyond the
+        # tolerance or non-finite where the other is not, the NaN/Inf mismatches alone, and
+        # `got`'s NaN elements. `tol_ptr`: atol and rtol as float64 (a float argument would be
+        # float32, and 0.01 in float32 is not 0.01).
+        pid = tl.program_id(0).to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        inside = offs < n
+        e = load_f64(exp_ptr, offs, inside)
+        a = load_f64(got_ptr, offs, inside)
+        e_finite, a_finite = finite(e), finite(a)
+        e_nan, a_nan = e != e, a != a
+        bad = inside & ((e_finite & ~a_finite) | (~e_finite & ~((a == e) | (e_nan & a_nan))))
+        both = e_finite & a_finite
+        diff = tl.where(both, tl.abs(a - e), 0.0)
+        rel = tl.where(e_nan, float("nan"), diff / tl.maximum(tl.abs(e), 1e-12))
+        within = diff <= tl.load(tol_ptr) + tl.load(tol_ptr + 1) * tl.abs(e)
+        mismatched = inside & ((~within & both) | bad)
+        rel_nan = rel != rel
+        row = out_ptr + pid * 7
+        tl.store(row + 0, tl.max(diff, 0))
+        tl.store(row + 1, tl.sum(diff, 0))
+        largest_rel = tl.max(tl.where(rel_nan, 0.0, rel), 0)
+        tl.store(row + 2, tl.where(tl.sum(rel_nan.to(tl.int32), 0) > 0, float("nan"), largest_rel))
+        tl.store(row + 3, tl.sum(rel, 0))
+        tl.store(row + 4, tl.sum(mismatched.to(tl.float64), 0))
+        tl.store(row + 5, tl.sum(bad.to(tl.float64), 0))
+        tl.store(row + 6, tl.sum((a_nan & inside).to(tl.float64), 0))
 
     @triton.jit(do_not_specialize=["n", "drop"])
     def emulation_block_sums(ref_ptr, src_ptr, got_ptr, exp_ptr, out_ptr, n, drop, BLOCK: tl.constexpr):
@@ -210,7 +250,6 @@ def fold(torch, partial, maxima):
 
 def error_sums(torch, ref64, got, expected):
     """`precision.error_sums(torch, ref64, [got, expected])`, on the device, in one pass."""
-    error_block_sums, _ = kernels()
     flat = [t.reshape(-1) for t in (ref64, got, expected)]
     n = flat[0].numel()
     partial = block_rows(torch, n, 6, ref64.device)
@@ -218,9 +257,46 @@ def error_sums(torch, ref64, got, expected):
     return fold(torch, partial, (4, 5))
 
 
+# The dtypes `compare_statistics` takes (anything else, integers and booleans included, stays on
+# the torch path).
+COMPARED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def comparable(torch, expected, got):
+    """Whether `compare_statistics` takes this output pair (`available`, and a floating dtype)."""
+    return str(expected.dtype).removeprefix("torch.") in COMPARED_DTYPES and available(torch, expected, got)
+
+
+def compare_statistics(torch, blocks, atol, rtol):
+    """`common.block_statistics` of each `(expected, got)` block of one output, stacked: one
+    pass per block. `atol`, `rtol`: the tolerance, as the torch path applies it."""
+    rows = []
+    tolerance = torch.tensor([atol, rtol], dtype=torch.float64).to(blocks[0][0].device)
+    for expected, got in blocks:
+        n = expected.numel()
+        partial = block_rows(torch, n, 7, expected.device)
+        compare_block_sums[(partial.shape[0],)](
+            expected.reshape(-1), got.reshape(-1), tolerance, partial, n, BLOCK=BLOCK, num_warps=NUM_WARPS
+        )
+        sums = partial.sum(0)
+        rows.append(
+            torch.stack(
+                [
+                    partial[:, 0].max(),
+                    sums[1] / n,
+                    partial[:, 2].max(),
+                    sums[3] / n,
+                    sums[4],
+                    sums[5],
+                    (sums[6] == n).to(torch.float64),
+                ]
+            )
+        )
+    return torch.stack(rows)
+
+
 def emulation_sums(torch, ref64, got, expected, source, derived):
     """`precision.emulation_sums`, on the device, one pass per emulation in `derived`."""
-    _, emulation_block_sums = kernels()
     flat = [t.reshape(-1) for t in (ref64, source, got, expected)]
     n = flat[0].numel()
     sums = []

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from crucible_harness import fused_stats, precision
+from crucible_harness import common, fused_stats, precision
 
 
 def operands(dtype):
@@ -85,9 +85,10 @@ def test_a_failing_kernel_hands_over_to_the_torch_path(monkeypatch, capsys):
 
 
 def test_the_warm_up_compiles_each_kernel_with_its_own_arguments(monkeypatch):
-    """The thread compiles ahead exactly what `error_sums` and `emulation_sums` launch (every
-    argument of each kernel, by position, and the launch options): a mismatch would only print
-    a line and leave the compile to the first launch, under a share of the GPU."""
+    """The thread compiles ahead exactly what `compare_statistics`, `error_sums` and
+    `emulation_sums` launch (every argument of each kernel, by position, and the launch
+    options): a mismatch would only print a line and leave the compile to the first launch,
+    under a share of the GPU."""
     compiled = []
 
     class Kernel:
@@ -104,23 +105,80 @@ def test_the_warm_up_compiles_each_kernel_with_its_own_arguments(monkeypatch):
         def _init_handles(self):
             pass
 
-    monkeypatch.setattr(fused_stats, "error_block_sums", Kernel(fused_stats.error_block_sums))
-    monkeypatch.setattr(fused_stats, "emulation_block_sums", Kernel(fused_stats.emulation_block_sums))
+    for name in ("compare_block_sums", "error_block_sums", "emulation_block_sums"):
+        monkeypatch.setattr(fused_stats, name, Kernel(getattr(fused_stats, name)))
     monkeypatch.setattr(fused_stats, "available", lambda torch, *tensors: True)
     monkeypatch.setattr(fused_stats, "warming", None)
-    # Dtypes that differ between the two, so that an argument in the wrong place shows.
-    expected = [torch.zeros(4), torch.zeros(4, dtype=torch.int64)]
-    got = [torch.zeros(4, dtype=torch.float16), torch.zeros(4, dtype=torch.int64)]
-    fused_stats.warm_in_background(torch, expected, got)
+    expected = [torch.zeros(4, dtype=torch.float16), torch.zeros(4, dtype=torch.int64)]
+    fused_stats.warm_in_background(torch, expected)
     fused_stats.wait_warm()
-    f64, f32, f16 = torch.float64, torch.float32, torch.float16
+    f64, f16 = torch.float64, torch.float16
     assert compiled == [
-        (["ref_ptr", "got_ptr", "exp_ptr", "out_ptr", "n", "BLOCK"], [f64, f16, f32, f64, 16]),
+        (["exp_ptr", "got_ptr", "tol_ptr", "out_ptr", "n", "BLOCK"], [f16, f16, f64, f64, 16]),
+        (["ref_ptr", "got_ptr", "exp_ptr", "out_ptr", "n", "BLOCK"], [f64, f16, f16, f64, 16]),
         (
             ["ref_ptr", "src_ptr", "got_ptr", "exp_ptr", "out_ptr", "n", "drop", "BLOCK"],
-            [f64, f64, f16, f32, f64, 16, 0],
+            [f64, f64, f16, f16, f64, 16, 0],
         ),
     ]  # once, for the one floating-point output
-    fused_stats.warm_in_background(torch, expected, got)  # a second kept trial: nothing more
+    fused_stats.warm_in_background(torch, expected)  # the next trial: nothing more
     fused_stats.wait_warm()
-    assert len(compiled) == 2
+    assert len(compiled) == 3
+
+
+def compared(dtype):
+    """Expected and candidate outputs with every case `common.mismatch_masks` tells apart."""
+    g = torch.Generator().manual_seed(13)
+    n = 3 * fused_stats.BLOCK + 77
+    expected = torch.randn(n, generator=g, dtype=torch.float64)
+    got = expected + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64)
+    got[::97] += 0.5  # beyond the tolerance
+    expected[:8] = torch.tensor([math.nan, math.inf, -math.inf, math.nan, math.inf, 0.0, 0.0, 1e-30])
+    got[:8] = torch.tensor([math.nan, math.inf, math.inf, 1.0, 2.0, 1e-3, 0.0, 2e-30])
+    got[9], got[10], got[11] = math.nan, math.inf, -math.inf  # where the reference is finite
+    return expected.to(dtype), got.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_the_fused_comparison_is_the_torch_paths(dtype):
+    expected, got = compared(dtype)
+    atol, rtol = 1e-2, 1e-2
+    # Blocks as `common.compare` slices an output: flat, the last one short.
+    span = fused_stats.BLOCK + 5
+    blocks = [(expected[i : i + span], got[i : i + span]) for i in range(0, expected.numel(), span)]
+    fused = fused_stats.compare_statistics(torch, blocks, atol, rtol)
+    plain = torch.stack([common.block_statistics(torch, e, g, atol, rtol) for e, g in blocks])
+    assert fused.shape == plain.shape == (len(blocks), 7)
+    assert torch.allclose(fused, plain, rtol=1e-12, atol=0.0, equal_nan=True), (fused, plain)
+    assert plain[0, 2].isnan()  # a NaN in the reference makes the relative error NaN, both ways
+    assert plain[:, 4].sum() > 40 and plain[:, 5].sum() == 6  # mismatches, non-finite ones
+
+
+def test_an_all_nan_output_and_a_threshold_in_float64(monkeypatch):
+    n = 2 * fused_stats.BLOCK
+    expected = torch.full((n,), 1.0)
+    got = torch.full((n,), math.nan)
+    fused = fused_stats.compare_statistics(torch, [(expected, got)], 1e-2, 1e-2)
+    plain = common.block_statistics(torch, expected, got, 1e-2, 1e-2)
+    assert torch.allclose(fused[0], plain, equal_nan=True) and fused[0, 6] == 1.0
+    # An error of exactly the tolerance passes in float64, where 0.01 in float32 would not.
+    expected = torch.zeros(n, dtype=torch.float64)
+    got = torch.full((n,), 0.01, dtype=torch.float64)
+    fused = fused_stats.compare_statistics(torch, [(expected, got)], 0.01, 0.0)
+    assert fused[0, 4] == common.block_statistics(torch, expected, got, 0.01, 0.0)[4] == 0.0
+
+
+def test_compare_takes_the_fused_path_where_it_is_comparable(monkeypatch):
+    """Through `common.compare`, slices and all: the same statistics and the same first mismatch."""
+    expected, got = compared(torch.float32)
+    monkeypatch.setattr(common, "COMPARE_CHUNK", fused_stats.BLOCK + 5)
+    plain = common.compare(torch, expected, got, 1e-2, 1e-2)
+    taken = []
+    real = fused_stats.compare_statistics
+    monkeypatch.setattr(fused_stats, "comparable", lambda torch, e, g: True)
+    monkeypatch.setattr(fused_stats, "compare_statistics", lambda *args: taken.append(1) or real(*args))
+    fused = common.compare(torch, expected, got, 1e-2, 1e-2)
+    assert taken == [1]
+    assert fused[1] == plain[1] and "elements" in fused[1]
+    for key in ("max_abs", "mean_abs", "mismatched", "numel"):
+        assert fused[0][key] == pytest.approx(plain[0][key], rel=1e-12), key
