@@ -27,8 +27,9 @@ try:
 except ImportError:  # the torch path then takes every output
     triton = None
 
-# At this many elements or more the statistics take the fused kernels on a GPU: four of the torch
-# path's slices, where it launches about a hundred operations per emulation.
+# At this many elements or more the statistics take the fused kernels on a GPU: four of the
+# precision measurement's torch slices and two of the comparison's, each some twenty to thirty
+# operations (per emulation, for the measurement) the kernels replace by one.
 FUSED_MIN_ELEMENTS = 1 << 26
 
 # Elements per program and warps per program (8 float64 elements of each operand per thread);
@@ -49,7 +50,7 @@ def available(torch, *tensors):
         first.is_cuda
         and first.numel() >= FUSED_MIN_ELEMENTS
         and all(t.is_cuda and t.is_contiguous() and t.numel() == first.numel() for t in tensors)
-        and kernels() is not None
+        and triton is not None
         and not failed
     )
 
@@ -112,14 +113,6 @@ def warm_in_background(torch, expected):
 def wait_warm():
     if warming is not None:
         warming.join()
-
-
-def kernels():
-    """`(compare_block_sums, error_block_sums, emulation_block_sums)`, or None where Triton
-    cannot be imported."""
-    if triton is None:
-        return None
-    return compare_block_sums, error_block_sums, emulation_block_sums
 
 
 if triton is not None:
