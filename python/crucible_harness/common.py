@@ -306,6 +306,9 @@ def time_forward(torch, fn, args, warmup, iters, flush_bytes, device, on_output=
 # temporaries, and KernelBench level 1 has outputs of 1.6e9 elements.
 COMPARE_CHUNK = 1 << 25
 
+# A relative error is taken against |expected| or this, whichever is larger.
+RELATIVE_FLOOR = 1e-12
+
 
 def tolerance_for(torch, tolerance, tensor):
     """(atol, rtol) for an output of this dtype, from the judge's tolerance profile
@@ -392,7 +395,7 @@ def mismatch_masks(torch, expected, got, atol, rtol):
     bad_nonfinite = (exp_finite & ~act_finite) | (~exp_finite & ~(act.eq(exp) | (exp.isnan() & act.isnan())))
     diff = (act - exp).abs()
     diff = torch.where(exp_finite & act_finite, diff, torch.zeros_like(diff))
-    rel = diff / exp.abs().clamp_min(1e-12)
+    rel = diff / exp.abs().clamp_min(RELATIVE_FLOOR)
     within = diff <= atol + rtol * exp.abs()
     mismatched = (~within & exp_finite & act_finite) | bad_nonfinite
     return exp, act, diff, rel, mismatched, bad_nonfinite

@@ -21,6 +21,8 @@ outputs show a large one (`warm_in_background`). Anything else stays on the torc
 import sys
 import threading
 
+from crucible_harness import common
+
 try:
     import triton
     import triton.language as tl
@@ -168,8 +170,8 @@ if triton is not None:
         # largest and summed |got - exp| where both are finite, the largest and summed relative
         # error (NaN where `exp` is NaN, as torch's clamp gives it), the elements beyond the
         # tolerance or non-finite where the other is not, the NaN/Inf mismatches alone, and
-        # `got`'s NaN elements. `tol_ptr`: atol and rtol as float64 (a float argument would be
-        # float32, and 0.01 in float32 is not 0.01).
+        # `got`'s NaN elements. `tol_ptr`: atol, rtol and `common.RELATIVE_FLOOR` as float64
+        # (a float argument or literal would be float32, and 0.01 in float32 is not 0.01).
         pid = tl.program_id(0).to(tl.int64)
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         inside = offs < n
@@ -180,7 +182,7 @@ if triton is not None:
         bad = inside & ((e_finite & ~a_finite) | (~e_finite & ~((a == e) | (e_nan & a_nan))))
         both = e_finite & a_finite
         diff = tl.where(both, tl.abs(a - e), 0.0)
-        rel = tl.where(e_nan, float("nan"), diff / tl.maximum(tl.abs(e), 1e-12))
+        rel = tl.where(e_nan, float("nan"), diff / tl.maximum(tl.abs(e), tl.load(tol_ptr + 2)))
         within = diff <= tl.load(tol_ptr) + tl.load(tol_ptr + 1) * tl.abs(e)
         mismatched = inside & ((~within & both) | bad)
         rel_nan = rel != rel
@@ -264,7 +266,7 @@ def compare_statistics(torch, blocks, atol, rtol):
     """`common.block_statistics` of each `(expected, got)` block of one output, stacked: one
     pass per block. `atol`, `rtol`: the tolerance, as the torch path applies it."""
     rows = []
-    tolerance = torch.tensor([atol, rtol], dtype=torch.float64).to(blocks[0][0].device)
+    tolerance = torch.tensor([atol, rtol, common.RELATIVE_FLOOR], dtype=torch.float64).to(blocks[0][0].device)
     for expected, got in blocks:
         n = expected.numel()
         partial = block_rows(torch, n, 7, expected.device)
