@@ -276,18 +276,13 @@ fn run_batch(
     args: &EvalArgs,
     sink: &Mutex<Option<std::fs::File>>,
 ) -> Vec<EvalResult> {
-    let (jobs, json, prewarm) = (args.jobs, args.json, !args.no_prewarm);
+    let prewarm = !args.no_prewarm;
     let bar = indicatif::ProgressBar::new(pairs.len() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let next = Mutex::new(0usize);
-    let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; pairs.len()]);
-    // Evaluations share the device (read); a retry after an out-of-memory failure runs alone
-    // (write), since the judge, not the candidate, put several evaluations on one device.
-    let device_share = RwLock::new(());
-    let concurrent = jobs > 1 && pairs.len() > 1;
+    let concurrent = args.jobs > 1 && pairs.len() > 1;
     // Referees are forked from one zygote, as the service's pool forks them: the same referee
     // without its interpreter's imports each time. Started on this thread, which outlives the
     // batch: a process's parent-death signal follows the thread that started it.
@@ -298,83 +293,139 @@ fn run_batch(
     } else {
         None
     };
-    let prestart = Prestart {
-        warm_profiler: cfg.times(),
-        referees: zygote.as_ref(),
-        triton_seed: None,
-    };
-    // The first attempt knows that others share the device; the retry alone does not.
-    let shared_cfg = EvalConfig {
-        device_shared: concurrent,
-        ..cfg.clone()
+    let batch = Batch {
+        runtime,
+        cfg,
+        // The first attempt knows that others share the device; the retry alone does not.
+        shared_cfg: EvalConfig {
+            device_shared: concurrent,
+            ..cfg.clone()
+        },
+        prestart: Prestart {
+            warm_profiler: cfg.times(),
+            referees: zygote.as_ref(),
+            triton_seed: None,
+        },
+        pairs,
+        sources,
+        jobs: args.jobs,
+        concurrent,
+        prewarm,
+        json: args.json,
+        device_share: RwLock::new(()),
+        next: Mutex::new(0),
+        results: Mutex::new(vec![None; pairs.len()]),
+        bar,
+        sink,
     };
     std::thread::scope(|scope| {
-        for _ in 0..jobs.min(pairs.len() as u32) {
-            scope.spawn(|| {
-                // The next evaluation's processes start while this one runs.
-                let mut warm: Option<Workers> = None;
-                loop {
-                    let (index, more) = {
-                        let Ok(mut next) = next.lock() else { return };
-                        let index = *next;
-                        *next += 1;
-                        (index, *next < pairs.len())
-                    };
-                    let Some((task, candidate)) = pairs.get(index) else {
-                        return;
-                    };
-                    let current = warm.take();
-                    if prewarm && more {
-                        warm = Workers::spawn_with(runtime, cfg, &prestart)
-                            .inspect_err(|e| tracing::warn!("cannot prestart workers: {e}"))
-                            .ok();
-                    }
-                    let (task_src, candidate_src) = &sources[index];
-                    let evaluate = |cfg, prestarted| {
-                        crucible_judge::evaluate_with(
-                            runtime,
-                            task,
-                            task_src,
-                            candidate,
-                            candidate_src,
-                            cfg,
-                            prestarted,
-                        )
-                    };
-                    let shared = device_share.read();
-                    let mut result = evaluate(&shared_cfg, current);
-                    drop(shared);
-                    if concurrent && oversubscribed(&result) {
-                        let first = result;
-                        let alone = device_share.write();
-                        result = evaluate(cfg, None);
-                        drop(alone);
-                        note_retry(&mut result, &first, jobs);
-                    }
-                    bar.set_message(format!("{} {}", result.task.name, result.verdict.as_str()));
-                    bar.inc(1);
-                    if json {
-                        bar.suspend(|| {
-                            if let Ok(line) = serde_json::to_string(&result) {
-                                println!("{line}");
-                            }
-                        });
-                    }
-                    append_result(sink, &result);
-                    if let Ok(mut results) = results.lock() {
-                        results[index] = Some(result);
-                    }
-                }
-            });
+        for _ in 0..batch.jobs.min(pairs.len() as u32) {
+            scope.spawn(|| batch.work());
         }
     });
-    bar.finish_and_clear();
-    results
+    batch.bar.finish_and_clear();
+    batch
+        .results
         .into_inner()
         .unwrap_or_default()
         .into_iter()
         .flatten()
         .collect()
+}
+
+/// One `eval` batch, shared by its `jobs` threads.
+struct Batch<'a> {
+    runtime: &'a Runtime,
+    cfg: &'a EvalConfig,
+    /// `cfg` for a first attempt beside other evaluations.
+    shared_cfg: EvalConfig,
+    prestart: Prestart<'a>,
+    pairs: &'a [(PathBuf, PathBuf)],
+    sources: &'a [(Vec<u8>, Vec<u8>)],
+    jobs: u32,
+    concurrent: bool,
+    prewarm: bool,
+    json: bool,
+    /// Evaluations share the device (read); a retry after an out-of-memory failure runs alone
+    /// (write), since the judge, not the candidate, put several evaluations on one device.
+    device_share: RwLock<()>,
+    next: Mutex<usize>,
+    results: Mutex<Vec<Option<EvalResult>>>,
+    bar: indicatif::ProgressBar,
+    sink: &'a Mutex<Option<std::fs::File>>,
+}
+
+impl Batch<'_> {
+    /// One thread's loop: the next pair until none is left, the next evaluation's processes
+    /// starting while this one runs.
+    fn work(&self) {
+        let mut warm: Option<Workers> = None;
+        while let Some((index, more)) = self.take_index() {
+            let current = warm.take();
+            if self.prewarm && more {
+                warm = Workers::spawn_with(self.runtime, self.cfg, &self.prestart)
+                    .inspect_err(|e| tracing::warn!("cannot prestart workers: {e}"))
+                    .ok();
+            }
+            let result = self.evaluate(index, current);
+            self.report(index, result);
+        }
+    }
+
+    /// The next pair's index and whether another comes after it; `None` when none is left.
+    fn take_index(&self) -> Option<(usize, bool)> {
+        let mut next = self.next.lock().ok()?;
+        let index = *next;
+        *next += 1;
+        (index < self.pairs.len()).then_some((index, *next < self.pairs.len()))
+    }
+
+    /// Judges pair `index`, again alone when sharing the device may have been the cause of a
+    /// failure.
+    fn evaluate(&self, index: usize, prestarted: Option<Workers>) -> EvalResult {
+        let (task, candidate) = &self.pairs[index];
+        let (task_src, candidate_src) = &self.sources[index];
+        let evaluate = |cfg, prestarted| {
+            crucible_judge::evaluate_with(
+                self.runtime,
+                task,
+                task_src,
+                candidate,
+                candidate_src,
+                cfg,
+                prestarted,
+            )
+        };
+        let shared = self.device_share.read();
+        let first = evaluate(&self.shared_cfg, prestarted);
+        drop(shared);
+        if !(self.concurrent && oversubscribed(&first)) {
+            return first;
+        }
+        let alone = self.device_share.write();
+        let mut result = evaluate(self.cfg, None);
+        drop(alone);
+        note_retry(&mut result, &first, self.jobs);
+        result
+    }
+
+    /// The progress bar, `--json`'s line, the results file, and the batch's slot.
+    fn report(&self, index: usize, result: EvalResult) {
+        let bar = &self.bar;
+        bar.set_message(format!("{} {}", result.task.name, result.verdict.as_str()));
+        bar.inc(1);
+        if self.json {
+            bar.suspend(|| {
+                if let Ok(line) = serde_json::to_string(&result) {
+                    println!("{line}");
+                }
+            });
+        }
+        append_result(self.sink, &result);
+        if let Ok(mut results) = self.results.lock() {
+            results[index] = Some(result);
+        }
+    }
 }
 
 /// A failure that running beside other evaluations on one device can cause: out of memory (the
