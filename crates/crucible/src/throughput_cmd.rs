@@ -169,34 +169,9 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         println!("wrote {} candidates to {}", cases.len(), dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let mut base = EvalConfig::new(args.device);
-    base.trials = args.trials;
-    base.timing = Some(TimingConfig {
-        warmup: args.warmup,
-        iters: args.iters,
-        nice: Some(args.timed_nice),
-        ..TimingConfig::default()
-    });
-    args.autotune.apply(&mut base);
-    args.sandbox.apply(&mut base);
-    let mix = |cases: &[&Case]| {
-        let count = |kind| cases.iter().filter(|c| c.kind == kind).count();
-        format!(
-            "{} correct, {} incorrect, {} failing",
-            count(Kind::Correct),
-            count(Kind::Incorrect),
-            count(Kind::Failing)
-        )
-    };
+    let base = base_config(&args);
     let all: Vec<&Case> = cases.iter().collect();
-    let sample: Vec<&Case> = cases
-        .iter()
-        .enumerate()
-        .filter(|(i, c)| {
-            (i / args.tasks as usize + c.task).is_multiple_of(args.off_every.max(1) as usize)
-        })
-        .map(|(_, c)| c)
-        .collect();
+    let sample = off_sample(&cases, args.tasks, args.off_every);
     println!(
         "bench-throughput on {}: {} candidates over {} tasks ({}); timing {} warm-up + {} timed \
          iterations per side, {} trials, autotuner budget {} ms",
@@ -216,81 +191,143 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let mut rates = BTreeMap::new();
-    let mut ceilings: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut verdicts: BTreeMap<&str, Vec<(String, Verdict)>> = BTreeMap::new();
+    let mut comparison = Comparison::default();
     for (name, on) in [("ON", true), ("OFF", false)] {
         if (on && args.modes == Modes::Off) || (!on && args.modes == Modes::On) {
             continue;
         }
         let chosen = if on { &all } else { &sample };
-        println!("\n== {name}: {} candidates ({})", chosen.len(), mix(chosen));
-        if on {
-            let depth = args
-                .pool_depth
-                .map_or_else(|| "the engine's".to_string(), |n| n.to_string());
-            let slots = args
-                .gpu_slots
-                .map_or_else(|| "no limit".to_string(), |n| n.to_string());
-            println!(
-                "  {} evaluations at once, pool depth {depth}, GPU slots {slots}",
-                args.concurrency.max(1)
-            );
-        }
-        if args.pace_s > 0.0 {
-            println!(
-                "  paced: {} s before each evaluation (the rate counts the pauses)",
-                args.pace_s
-            );
-        }
+        print_mode_header(&args, name, on, chosen);
         let measured = run_mode(&runtime, &args, &base, on, chosen)?;
         measured.print();
         if let Some(file) = json.as_mut() {
             measured.write_json(name, chosen, file)?;
         }
-        rates.insert(name, measured.per_hour());
+        comparison.add(name, chosen, &measured);
+    }
+    comparison.print();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The judge configuration both modes share.
+fn base_config(args: &ThroughputArgs) -> EvalConfig {
+    let mut base = EvalConfig::new(args.device);
+    base.trials = args.trials;
+    base.timing = Some(TimingConfig {
+        warmup: args.warmup,
+        iters: args.iters,
+        nice: Some(args.timed_nice),
+        ..TimingConfig::default()
+    });
+    args.autotune.apply(&mut base);
+    args.sandbox.apply(&mut base);
+    base
+}
+
+/// What OFF judges: every `off_every`-th candidate, offset per task, so that the subset has
+/// the whole set's mix of tasks and kinds.
+fn off_sample(cases: &[Case], tasks: u32, off_every: u32) -> Vec<&Case> {
+    cases
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| (i / tasks as usize + c.task).is_multiple_of(off_every.max(1) as usize))
+        .map(|(_, c)| c)
+        .collect()
+}
+
+fn mix(cases: &[&Case]) -> String {
+    let count = |kind| cases.iter().filter(|c| c.kind == kind).count();
+    format!(
+        "{} correct, {} incorrect, {} failing",
+        count(Kind::Correct),
+        count(Kind::Incorrect),
+        count(Kind::Failing)
+    )
+}
+
+fn print_mode_header(args: &ThroughputArgs, name: &str, on: bool, chosen: &[&Case]) {
+    println!("\n== {name}: {} candidates ({})", chosen.len(), mix(chosen));
+    if on {
+        let depth = args
+            .pool_depth
+            .map_or_else(|| "the engine's".to_string(), |n| n.to_string());
+        let slots = args
+            .gpu_slots
+            .map_or_else(|| "no limit".to_string(), |n| n.to_string());
+        println!(
+            "  {} evaluations at once, pool depth {depth}, GPU slots {slots}",
+            args.concurrency.max(1)
+        );
+    }
+    if args.pace_s > 0.0 {
+        println!(
+            "  paced: {} s before each evaluation (the rate counts the pauses)",
+            args.pace_s
+        );
+    }
+}
+
+/// The modes' figures side by side: rates, the GPU ceiling, and whether the candidates both
+/// modes judged got the same verdicts.
+#[derive(Default)]
+struct Comparison {
+    rates: BTreeMap<&'static str, f64>,
+    ceilings: BTreeMap<&'static str, f64>,
+    /// Per mode, each judged candidate's source and verdict.
+    verdicts: BTreeMap<&'static str, Vec<(String, Verdict)>>,
+}
+
+impl Comparison {
+    fn add(&mut self, mode: &'static str, chosen: &[&Case], measured: &Measured) {
+        self.rates.insert(mode, measured.per_hour());
         if let Some(ceiling) = measured
             .gpu
             .and_then(|gpu| gpu.ceiling_per_hour(measured.rows.len()))
         {
-            ceilings.insert(name, ceiling);
+            self.ceilings.insert(mode, ceiling);
         }
-        verdicts.insert(
-            name,
-            chosen
-                .iter()
-                .zip(&measured.rows)
-                .map(|(c, r)| (c.job.candidate_source.clone(), r.verdict))
-                .collect(),
-        );
+        let verdicts = chosen
+            .iter()
+            .zip(&measured.rows)
+            .map(|(c, r)| (c.job.candidate_source.clone(), r.verdict))
+            .collect();
+        self.verdicts.insert(mode, verdicts);
     }
-    if let (Some(on), Some(off)) = (rates.get("ON"), rates.get("OFF")) {
+
+    /// Prints nothing unless both modes ran.
+    fn print(&self) {
+        let (Some(on), Some(off)) = (self.rates.get("ON"), self.rates.get("OFF")) else {
+            return;
+        };
         println!(
             "\nthroughput ON / OFF: {:.1}x ({on:.0} vs {off:.0} evaluations/hour)",
             on / off
         );
-        if let Some(ceiling) = ceilings.get("ON") {
+        if let Some(ceiling) = self.ceilings.get("ON") {
             println!(
                 "GPU ceiling: ON's kernel time per evaluation allows at most {ceiling:.0} \
                  evaluations/hour, {:.1}x OFF",
                 ceiling / off
             );
         }
+        let (Some(on_judged), Some(off_judged)) =
+            (self.verdicts.get("ON"), self.verdicts.get("OFF"))
+        else {
+            return;
+        };
         let on_verdicts: BTreeMap<&String, Verdict> =
-            verdicts["ON"].iter().map(|(s, v)| (s, *v)).collect();
-        let differing = verdicts["OFF"]
+            on_judged.iter().map(|(s, v)| (s, *v)).collect();
+        let differing = off_judged
             .iter()
             .filter(|(s, v)| on_verdicts.get(s) != Some(v))
             .count();
         println!(
             "verdicts: {differing} of {} candidates judged in both modes differ",
-            verdicts["OFF"].len()
+            off_judged.len()
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// The candidate set, task-interleaved: job k is candidate k / tasks of task k % tasks.
 /// The set as files: `tasks/NAME.py`, `candidates/NNN_NAME.py` and one manifest line per
 /// candidate (`task_name`, `task_file`, `candidate_file`, `kind`).
 fn write_set(dir: &std::path::Path, cases: &[Case]) -> anyhow::Result<()> {
@@ -316,6 +353,7 @@ fn write_set(dir: &std::path::Path, cases: &[Case]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The candidate set, task-interleaved: job k is candidate k / tasks of task k % tasks.
 fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Case>> {
     let pairs: Vec<(String, PathBuf, PathBuf)> = match set {
         CandidateSet::Kernelbench => {
@@ -734,62 +772,96 @@ fn wait_for_full_pool(engine: &Engine, limit: std::time::Duration) {
     }
 }
 
-fn run_mode(
+/// When something held the GPU, from entering to leaving.
+type Intervals = Vec<(Instant, Instant)>;
+
+/// What the engine's probe saw over one mode's batch, each event charged to the job its thread
+/// runs (`CURRENT`).
+#[derive(Clone)]
+struct Recorder {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// When timed phases held the GPU lock.
+    timed: Arc<Mutex<Intervals>>,
+    /// When untimed GPU work held its share.
+    untimed: Arc<Mutex<Intervals>>,
+}
+
+impl Recorder {
+    fn new(jobs: usize) -> Recorder {
+        Recorder {
+            seen: Arc::new(Mutex::new(vec![Seen::default(); jobs])),
+            timed: Arc::new(Mutex::new(Vec::new())),
+            untimed: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn probe(&self) -> Probe {
+        let recorder = self.clone();
+        Arc::new(move |event| recorder.record(event))
+    }
+
+    fn record(&self, event: EngineEvent) {
+        let Some(index) = CURRENT.with(Cell::get) else {
+            return;
+        };
+        let Ok(mut seen) = self.seen.lock() else {
+            return;
+        };
+        let Some(job) = seen.get_mut(index) else {
+            return;
+        };
+        match event {
+            EngineEvent::GpuLockWait(waited) => {
+                job.lock_wait_s += waited.as_secs_f64();
+                if let Some(trial) = current_trial() {
+                    *job.trial_lock_wait_s.entry(trial).or_default() += waited.as_secs_f64();
+                }
+            }
+            EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
+            EngineEvent::WorkersTaken {
+                prestarted,
+                said_hello,
+                cpu_s,
+                ..
+            } => {
+                job.prestarted |= prestarted;
+                job.said_hello |= said_hello;
+                job.start_cpu_s = add2(job.start_cpu_s, cpu_s);
+            }
+            EngineEvent::ProcessCpu { cpu_s } => {
+                job.cpu_s = Some(add2(job.cpu_s.unwrap_or_default(), cpu_s));
+            }
+            EngineEvent::TimedPhases { entered, left } => {
+                if let Ok(mut timed) = self.timed.lock() {
+                    timed.push((entered, left));
+                }
+            }
+            EngineEvent::UntimedGpuWork { entered, left } => {
+                job.add_share(current_trial().as_deref(), (left - entered).as_secs_f64());
+                if let Ok(mut untimed) = self.untimed.lock() {
+                    untimed.push((entered, left));
+                }
+            }
+        }
+    }
+
+    /// What was recorded: per job, the timed phases, the untimed shares.
+    fn recorded(&self) -> (Vec<Seen>, Intervals, Intervals) {
+        let copy =
+            |intervals: &Mutex<Intervals>| intervals.lock().map(|i| i.clone()).unwrap_or_default();
+        let seen = self.seen.lock().map(|s| s.clone()).unwrap_or_default();
+        (seen, copy(&self.timed), copy(&self.untimed))
+    }
+}
+
+/// The engine of one mode: ON with the args' concurrency, pool and gate; OFF a plain one.
+fn engine_for(
     runtime: &Runtime,
     args: &ThroughputArgs,
     base: &EvalConfig,
     on: bool,
-    cases: &[&Case],
-) -> anyhow::Result<Measured> {
-    let seen: Arc<Mutex<Vec<Seen>>> = Arc::new(Mutex::new(vec![Seen::default(); cases.len()]));
-    let intervals = Arc::new(Mutex::new(Vec::new()));
-    let untimed = Arc::new(Mutex::new(Vec::new()));
-    let probe: Probe = {
-        let (seen, intervals) = (Arc::clone(&seen), Arc::clone(&intervals));
-        let untimed = Arc::clone(&untimed);
-        Arc::new(move |event| {
-            let Some(index) = CURRENT.with(Cell::get) else {
-                return;
-            };
-            let Ok(mut seen) = seen.lock() else { return };
-            let Some(job) = seen.get_mut(index) else {
-                return;
-            };
-            match event {
-                EngineEvent::GpuLockWait(waited) => {
-                    job.lock_wait_s += waited.as_secs_f64();
-                    if let Some(trial) = current_trial() {
-                        *job.trial_lock_wait_s.entry(trial).or_default() += waited.as_secs_f64();
-                    }
-                }
-                EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
-                EngineEvent::WorkersTaken {
-                    prestarted,
-                    said_hello,
-                    cpu_s,
-                    ..
-                } => {
-                    job.prestarted |= prestarted;
-                    job.said_hello |= said_hello;
-                    job.start_cpu_s = add2(job.start_cpu_s, cpu_s);
-                }
-                EngineEvent::ProcessCpu { cpu_s } => {
-                    job.cpu_s = Some(add2(job.cpu_s.unwrap_or_default(), cpu_s));
-                }
-                EngineEvent::TimedPhases { entered, left } => {
-                    if let Ok(mut intervals) = intervals.lock() {
-                        intervals.push((entered, left));
-                    }
-                }
-                EngineEvent::UntimedGpuWork { entered, left } => {
-                    job.add_share(current_trial().as_deref(), (left - entered).as_secs_f64());
-                    if let Ok(mut untimed) = untimed.lock() {
-                        untimed.push((entered, left));
-                    }
-                }
-            }
-        })
-    };
+    probe: Probe,
+) -> anyhow::Result<Engine> {
     let options = if on {
         EngineOptions {
             concurrency: args.concurrency.max(1),
@@ -809,8 +881,24 @@ fn run_mode(
         gpu_slots: args.gpu_slots.map(|n| n as usize),
         ..Tuning::default()
     };
+    Ok(Engine::with_tuning(
+        runtime.clone(),
+        args.device,
+        options,
+        tuning,
+    )?)
+}
+
+fn run_mode(
+    runtime: &Runtime,
+    args: &ThroughputArgs,
+    base: &EvalConfig,
+    on: bool,
+    cases: &[&Case],
+) -> anyhow::Result<Measured> {
+    let recorder = Recorder::new(cases.len());
     let created = Instant::now();
-    let engine = Engine::with_tuning(runtime.clone(), args.device, options, tuning)?;
+    let engine = engine_for(runtime, args, base, on, recorder.probe())?;
     // A worker is started once and serves for hours: the rate is its steady state, with the
     // pool as full as an idle worker keeps it, not the minute after a cold start.
     wait_for_full_pool(&engine, POOL_FILL_LIMIT);
@@ -824,30 +912,17 @@ fn run_mode(
     let batch_s = started.elapsed().as_secs_f64();
     let gpu = gpu_sampler.and_then(GpuBusySampler::finish);
     let readings = sampler.finish();
-    let saturation = Saturation::of(&readings);
-    let cpu = readings
-        .first()
-        .zip(readings.last())
-        .and_then(|(before, after)| CpuUse::between(*before, *after));
     drop(engine);
-    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
-    let cache = seen
-        .iter()
-        .flat_map(|s| &s.cache_hits)
-        .fold(
-            (0, 0),
-            |(h, m), hit| {
-                if *hit { (h + 1, m) } else { (h, m + 1) }
-            },
-        );
+    let (seen, intervals, untimed) = recorder.recorded();
+    let cache_hits = seen.iter().flat_map(|s| &s.cache_hits);
+    let hits = cache_hits.clone().filter(|hit| **hit).count();
+    let misses = cache_hits.filter(|hit| !**hit).count();
     let rows = results
         .iter()
         .zip(cases)
         .zip(&seen)
         .map(|((result, case), seen)| row(result, case.kind, seen, on))
         .collect();
-    let intervals = intervals.lock().map(|i| i.clone()).unwrap_or_default();
-    let untimed = untimed.lock().map(|i| i.clone()).unwrap_or_default();
     Ok(Measured {
         engine_start_s,
         pool_at_start,
@@ -855,9 +930,12 @@ fn run_mode(
         rows,
         intervals,
         untimed,
-        cache,
-        cpu,
-        saturation,
+        cache: (hits, misses),
+        cpu: readings
+            .first()
+            .zip(readings.last())
+            .and_then(|(before, after)| CpuUse::between(*before, *after)),
+        saturation: Saturation::of(&readings),
         gpu,
     })
 }
