@@ -708,57 +708,18 @@ impl Workers {
         cfg: &EvalConfig,
         prestart: &Prestart,
     ) -> Result<Workers, InfraError> {
-        let Prestart {
-            warm_profiler,
-            referees,
-            triton_seed,
-        } = *prestart;
         let io = InfraError::io;
-        // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
-        let scratch_parent = Some(Path::new("/dev/shm"))
-            .filter(|p| p.is_dir())
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir);
-        let scratch = |prefix: &str| {
-            tempfile::Builder::new()
-                .prefix(prefix)
-                .tempdir_in(&scratch_parent)
-        };
-        let referee_dir =
-            scratch("crucible-ref-").map_err(io("creating the referee's scratch directory"))?;
-        let candidate_dir =
-            scratch("crucible-cand-").map_err(io("creating the candidate's scratch directory"))?;
-        // The referee shares tensors in a directory of their own: its HOME and caches, which it
-        // loads code from, stay out of the sandboxed candidate's reach.
-        let shared_dir = referee_dir.path().join("shared");
-        std::fs::create_dir(&shared_dir).map_err(io("creating the shared-tensor directory"))?;
-        let candidate_sandbox = cfg.sandbox.clone().map(|sandbox| {
-            // It writes its outputs into the referee's files; with CUDA IPC, torch keeps
-            // reference counts in files it creates in /dev/shm.
-            let mut shared = vec![shared_dir.as_path()];
-            if cfg.transport_name() == "cuda_ipc" {
-                shared.push(Path::new("/dev/shm"));
-            }
-            // The harness and the compiled bytecode it imports: read, never written.
-            let mut code = vec![runtime.harness_root.as_path()];
-            code.extend(runtime.bytecode.as_deref());
-            sandbox.for_candidate(&code, candidate_dir.path(), &shared, cfg.is_gpu())
-        });
+        let scratch = Scratch::create()?;
+        let candidate_sandbox = cfg
+            .sandbox
+            .clone()
+            .map(|sandbox| scratch.candidate_sandbox(sandbox, runtime, cfg));
         let missing_sandbox = candidate_sandbox
             .as_ref()
             .map(Sandbox::missing_features)
             .unwrap_or_default();
-        let referee_env = harness_env(runtime, cfg.device, referee_dir.path())?;
-        let mut candidate_env = harness_env(runtime, cfg.device, candidate_dir.path())?;
-        if let Some(seed) = triton_seed
-            && let Err(error) = seed.plant(&triton_cache_dir(candidate_dir.path()))
-        {
-            // Only a lost head start: the candidate process builds its own, as without a seed.
-            tracing::warn!("cannot copy Triton's CUDA utilities for a candidate: {error}");
-        }
-        if warm_profiler && cfg.times() {
-            candidate_env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
-        }
+        let referee_env = harness_env(runtime, cfg.device, scratch.referee.path())?;
+        let candidate_env = scratch.candidate_env(runtime, cfg, prestart)?;
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {
                 python: runtime.python.clone(),
@@ -768,9 +729,9 @@ impl Workers {
                 sandbox,
             })
         };
-        let forked = referees.and_then(|zygote| {
+        let forked = prestart.referees.and_then(|zygote| {
             zygote
-                .fork(referee_dir.path(), &referee_env)
+                .fork(scratch.referee.path(), &referee_env)
                 .inspect_err(|error| {
                     tracing::warn!("starting a fresh referee: the zygote could not fork: {error}")
                 })
@@ -780,7 +741,7 @@ impl Workers {
             Some(referee) => referee,
             None => spawn(
                 "crucible_harness.referee",
-                referee_dir.path(),
+                scratch.referee.path(),
                 referee_env,
                 None,
             )
@@ -788,7 +749,7 @@ impl Workers {
         };
         let candidate = spawn(
             "crucible_harness.candidate",
-            candidate_dir.path(),
+            scratch.candidate.path(),
             candidate_env,
             candidate_sandbox,
         )
@@ -796,11 +757,11 @@ impl Workers {
         Ok(Workers {
             referee,
             candidate,
-            candidate_dir,
-            shared_dir,
+            candidate_dir: scratch.candidate,
+            shared_dir: scratch.shared,
             missing_sandbox,
             device: cfg.device,
-            _referee_dir: referee_dir,
+            _referee_dir: scratch.referee,
         })
     }
 
@@ -901,6 +862,73 @@ impl Workers {
             }
         }
         Ok(())
+    }
+}
+
+/// The scratch directories of one referee + candidate pair.
+struct Scratch {
+    referee: tempfile::TempDir,
+    candidate: tempfile::TempDir,
+    /// Inside the referee's: the tensors it shares with the candidate.
+    shared: PathBuf,
+}
+
+impl Scratch {
+    fn create() -> Result<Scratch, InfraError> {
+        let io = InfraError::io;
+        // Scratch lives on tmpfs when there is one: the shared tensors are mapped files.
+        let parent = Some(Path::new("/dev/shm"))
+            .filter(|p| p.is_dir())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        let scratch = |prefix: &str| tempfile::Builder::new().prefix(prefix).tempdir_in(&parent);
+        let referee =
+            scratch("crucible-ref-").map_err(io("creating the referee's scratch directory"))?;
+        let candidate =
+            scratch("crucible-cand-").map_err(io("creating the candidate's scratch directory"))?;
+        // The referee shares tensors in a directory of their own: its HOME and caches, which it
+        // loads code from, stay out of the sandboxed candidate's reach.
+        let shared = referee.path().join("shared");
+        std::fs::create_dir(&shared).map_err(io("creating the shared-tensor directory"))?;
+        Ok(Scratch {
+            referee,
+            candidate,
+            shared,
+        })
+    }
+
+    /// `sandbox` narrowed to what the candidate process may touch.
+    fn candidate_sandbox(&self, sandbox: Sandbox, runtime: &Runtime, cfg: &EvalConfig) -> Sandbox {
+        // It writes its outputs into the referee's files; with CUDA IPC, torch keeps reference
+        // counts in files it creates in /dev/shm.
+        let mut shared = vec![self.shared.as_path()];
+        if cfg.transport_name() == "cuda_ipc" {
+            shared.push(Path::new("/dev/shm"));
+        }
+        // The harness and the compiled bytecode it imports: read, never written.
+        let mut code = vec![runtime.harness_root.as_path()];
+        code.extend(runtime.bytecode.as_deref());
+        sandbox.for_candidate(&code, self.candidate.path(), &shared, cfg.is_gpu())
+    }
+
+    /// The candidate's environment, with its Triton cache seeded where the caller has a seed.
+    fn candidate_env(
+        &self,
+        runtime: &Runtime,
+        cfg: &EvalConfig,
+        prestart: &Prestart,
+    ) -> Result<Vec<(String, String)>, InfraError> {
+        let mut env = harness_env(runtime, cfg.device, self.candidate.path())?;
+        if let Some(seed) = prestart.triton_seed
+            && let Err(error) = seed.plant(&triton_cache_dir(self.candidate.path()))
+        {
+            // Only a lost head start: the candidate process builds its own, as without a seed.
+            tracing::warn!("cannot copy Triton's CUDA utilities for a candidate: {error}");
+        }
+        if prestart.warm_profiler && cfg.times() {
+            env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
+        }
+        Ok(env)
     }
 }
 

@@ -134,57 +134,33 @@ fn single_counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
 }
 
 fn queue_metrics(registry: &mut Registry, stats: &crucible_queue::QueueStats) {
+    let state = |state: &str| StateLabel {
+        state: state.into(),
+    };
+    let queued = stats.queued_by_priority.iter().map(|(priority, n)| {
+        let priority = i64::from(*priority);
+        (Priority { priority }, *n as f64)
+    });
     gauge_family(
         registry,
         "queue_depth",
         "Queued tasks by priority",
-        stats
-            .queued_by_priority
-            .iter()
-            .map(|(p, n)| {
-                (
-                    Priority {
-                        priority: i64::from(*p),
-                    },
-                    *n as f64,
-                )
-            })
-            .collect(),
+        queued.collect(),
     );
     gauge_family(
         registry,
         "tasks_running",
         "Tasks being evaluated",
-        vec![(
-            StateLabel {
-                state: "running".into(),
-            },
-            stats.running as f64,
-        )],
+        vec![(state("running"), stats.running as f64)],
     );
     counter_family(
         registry,
         "tasks_finished",
         "Tasks that reached a terminal state, by state",
         vec![
-            (
-                StateLabel {
-                    state: "done".into(),
-                },
-                stats.done,
-            ),
-            (
-                StateLabel {
-                    state: "cancelled".into(),
-                },
-                stats.cancelled,
-            ),
-            (
-                StateLabel {
-                    state: "timeout".into(),
-                },
-                stats.timeout,
-            ),
+            (state("done"), stats.done),
+            (state("cancelled"), stats.cancelled),
+            (state("timeout"), stats.timeout),
         ],
     );
     counter_family(

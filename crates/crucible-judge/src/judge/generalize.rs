@@ -120,8 +120,26 @@ pub(super) fn generalize_stage(
         message: None,
     };
     let outcome = attempt(eval, referee, candidate, task_abs, &plan)?;
+    let (status, diagnostics, usable) = record_outcome(eval, &mut record, outcome);
+    eval.stages.push(Stage {
+        name: STAGE.to_string(),
+        status,
+        duration_s: started.elapsed().as_secs_f64(),
+        diagnostics,
+    });
+    eval.generalization = Some(record);
+    Ok(usable)
+}
+
+/// Writes the trial's outcome into `record` and the findings; returns the stage's status and
+/// diagnostics and whether the candidate process is still usable.
+fn record_outcome(
+    eval: &mut Evaluation<'_>,
+    record: &mut Generalization,
+    outcome: Outcome,
+) -> (StageStatus, Vec<String>, bool) {
     let changed = describe_constants(&record.constants);
-    let (status, diagnostics, usable) = match outcome {
+    match outcome {
         Outcome::Passed(trial) => {
             record.status = GeneralizationStatus::Passed;
             record.trial = Some(trial);
@@ -164,15 +182,7 @@ pub(super) fn generalize_stage(
             }
             (StageStatus::Failed, vec![message], !lost)
         }
-    };
-    eval.stages.push(Stage {
-        name: STAGE.to_string(),
-        status,
-        duration_s: started.elapsed().as_secs_f64(),
-        diagnostics,
-    });
-    eval.generalization = Some(record);
-    Ok(usable)
+    }
 }
 
 /// The trial itself. Only the referee's failures are errors; the candidate's are outcomes.
