@@ -189,8 +189,8 @@ pub struct EvalConfig {
     pub device_shared: bool,
     /// Untimed device work estimated at this many bytes or more takes the gate's large share
     /// ([`TimedPhaseGate::share_large`]): a precision measurement, and the trials once one
-    /// trial's tensors reach it (every claim, for a task in `large_tasks`). 16 GiB by default; a service engine sets it from the GPU's
-    /// memory ([`large_work_bytes_for`]).
+    /// trial's tensors reach it (every claim, for a task in `large_tasks`). 16 GiB by default;
+    /// a service engine sets it from the GPU's memory ([`large_work_bytes_for`]).
     pub large_work_bytes: u64,
     /// Tasks an earlier evaluation found large, shared between evaluations; `None`: each
     /// evaluation finds out in its first trial.
