@@ -639,6 +639,13 @@ impl Occupancy {
     }
 }
 
+/// The share of the evaluations' summed wall that their candidates spent compiling (`None`
+/// without wall time).
+fn compile_share(rows: &[Row]) -> Option<f64> {
+    let wall: f64 = rows.iter().map(|r| r.wall_s).sum();
+    (wall > 0.0).then(|| rows.iter().map(|r| r.compile_s).sum::<f64>() / wall)
+}
+
 /// Machine-wide CPU time between two readings of /proc/stat: whether the batch was CPU-bound.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct CpuUse {
@@ -677,6 +684,12 @@ impl CpuUse {
             busy_s: busy as f64 / TICKS_PER_S,
             total_s: total as f64 / TICKS_PER_S,
         })
+    }
+
+    /// The most evaluations an hour this machine's cores could judge at the batch's CPU time
+    /// per evaluation, were they always busy: the measured rate over the busy share.
+    fn ceiling_per_hour(&self, per_hour: f64) -> Option<f64> {
+        (self.busy_s > 0.0).then(|| per_hour * self.total_s / self.busy_s)
     }
 }
 
@@ -1121,11 +1134,14 @@ impl Measured {
         if let Some(cpu) = self.cpu {
             println!(
                 "  CPU (whole machine, {:.0} cores): {:.0}% busy over the batch, {:.0} core-s, {:.1} \
-                 core-s per evaluation",
+                 core-s per evaluation; with that much CPU work each, this machine judges at \
+                 most {:.0} evaluations/hour",
                 cpu.total_s / self.batch_s,
                 100.0 * cpu.busy_s / cpu.total_s,
                 cpu.busy_s,
-                cpu.busy_s / n.max(1) as f64
+                cpu.busy_s / n.max(1) as f64,
+                cpu.ceiling_per_hour(self.per_hour())
+                    .unwrap_or(f64::INFINITY)
             );
         }
         if let Some(saturation) = self.saturation {
@@ -1280,6 +1296,14 @@ impl Measured {
              not cached) - GPU-lock wait (queued behind other evaluations' timed phases); \
              outside the trials = wall - the trials - GPU work - GPU-lock wait outside the trials"
         );
+        if let Some(share) = compile_share(&self.rows) {
+            println!(
+                "  the evaluations' wall: {:.0}% of it the candidates' own compiles, during which \
+                 an evaluation counts among the evaluations at once (on a GPU without a share \
+                 of it)",
+                100.0 * share
+            );
+        }
     }
 
     /// How the exclusive lock was held by timed phases, and whether untimed work ran beside.
@@ -1426,6 +1450,11 @@ mod tests {
             "{}",
             row.overhead_outside_trials_s
         );
+        // Two such evaluations: 1.8 s of compiling in 20 s of wall.
+        let twice = [row, super::row(&result, Kind::Incorrect, &seen, true)];
+        let share = compile_share(&twice).expect("wall time");
+        assert!((share - 0.09).abs() < 1e-9, "{share}");
+        assert_eq!(compile_share(&[]), None);
     }
 
     /// Shares held in the first trial count twice: in the trials' sum and on their own.
@@ -1527,6 +1556,17 @@ mod tests {
                 busy_s: 3.5,
                 total_s: 10.0
             }
+        );
+        // 1000 an hour at 35% busy: at most 1000 / 0.35 with every core busy.
+        let ceiling = used.ceiling_per_hour(1000.0).expect("busy time");
+        assert!((ceiling - 1000.0 / 0.35).abs() < 1e-6, "{ceiling}");
+        assert_eq!(
+            CpuUse {
+                busy_s: 0.0,
+                total_s: 10.0
+            }
+            .ceiling_per_hour(1000.0),
+            None
         );
         assert_eq!(cpu_ticks("intr 1 2 3\n"), None);
         assert_eq!(CpuUse::between(after, before), None);
