@@ -10,6 +10,8 @@ mod report_cmd;
 mod rl_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
+#[cfg(test)]
+mod test_results;
 mod throughput_cmd;
 mod verify_cmd;
 

@@ -1401,41 +1401,21 @@ fn stage_order(name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A result document with these stages (name, seconds, status) and a wall time of 10 s.
-    fn result_with_stages(stages: &[(&str, f64, &str)]) -> EvalResult {
-        let stages = stages
-            .iter()
-            .map(|(name, s, status)| {
-                format!(r#"{{"name":"{name}","status":"{status}","duration_s":{s}}}"#)
-            })
-            .collect::<Vec<_>>()
-            .join(",");
-        let document = format!(
-            r#"{{"schema":"crucible.result/1","verdict":"incorrect","correct":false,
-            "speedup":null,"timing":null,"coverage":null,"findings":[],"stages":[{stages}],
-            "seeds":{{"base":1,"init":2,"trials":[3],"timing":4}},
-            "tolerance":{{"profile":"kb-v0","atol":0.01,"rtol":0.01}},"size_profile":"full",
-            "trials":[],"launches":[],
-            "task":{{"name":"t","path":"t.py","sha256":"0"}},
-            "candidate":{{"name":"c","path":"c.py","sha256":"0"}},
-            "env":{{"device":"cuda:0","device_name":null,"torch":null,"triton":null,
-            "cuda":null,"driver":null,"python":null,"crucible":"0","triton_interpret":false}},
-            "wall_s":10.0}}"#
-        );
-        serde_json::from_str(&document).expect("result")
-    }
+    use crate::test_results::result_with_stages;
 
     /// Without a GPU gate (no share seen): a first trial that waited 3 s for the GPU lock
     /// compiled for 0.9 s, not 3.9 s: the wait is taken off once, as a lock wait.
     #[test]
     fn lock_waits_inside_a_trial_are_not_counted_as_compiling() {
-        let result = result_with_stages(&[
-            ("start", 0.5, "ok"),
-            ("trial_0", 5.0, "ok"),
-            ("trial_1", 1.0, "ok"),
-            ("trial_2", 1.2, "ok"),
-        ]);
+        let result = result_with_stages(
+            Verdict::Incorrect,
+            &[
+                ("start", 0.5, "ok"),
+                ("trial_0", 5.0, "ok"),
+                ("trial_1", 1.0, "ok"),
+                ("trial_2", 1.2, "ok"),
+            ],
+        );
         let seen = Seen {
             lock_wait_s: 3.0,
             trial_lock_wait_s: BTreeMap::from([("trial_0".to_string(), 3.0)]),
@@ -1466,7 +1446,7 @@ mod tests {
         seen.add_share(Some("precision"), 4.0);
         seen.add_share(None, 1.0);
         let row = row(
-            &result_with_stages(&[("trial_0", 3.0, "ok")]),
+            &result_with_stages(Verdict::Incorrect, &[("trial_0", 3.0, "ok")]),
             Kind::Correct,
             &seen,
             true,
@@ -1478,7 +1458,7 @@ mod tests {
     /// and keeps why; other info findings stay out of the row.
     #[test]
     fn a_retry_alone_is_counted_from_its_finding() {
-        let mut result = result_with_stages(&[("start", 0.5, "ok")]);
+        let mut result = result_with_stages(Verdict::Incorrect, &[("start", 0.5, "ok")]);
         let seen = Seen::default();
         assert!(!row(&result, Kind::Correct, &seen, true).retried_alone);
         result.findings.push(crucible_result::Finding::new(
@@ -1503,7 +1483,10 @@ mod tests {
     /// one, also for a candidate whose only trial failed (no later trial to compare with).
     #[test]
     fn on_a_gpu_compiling_is_the_trials_time_without_a_share() {
-        let result = result_with_stages(&[("start", 0.5, "ok"), ("trial_0", 6.0, "failed")]);
+        let result = result_with_stages(
+            Verdict::Incorrect,
+            &[("start", 0.5, "ok"), ("trial_0", 6.0, "failed")],
+        );
         let seen = Seen {
             lock_wait_s: 1.5,
             trial_lock_wait_s: BTreeMap::from([("trial_0".to_string(), 1.0)]),
