@@ -13,6 +13,8 @@ use anyhow::Context;
 use crucible_judge::{EvalConfig, Runtime};
 use crucible_result::{EvalResult, Stats};
 
+use crate::throughput_cmd::{first_trial_compile, median};
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
     #[arg(long)]
@@ -38,10 +40,6 @@ fn stage_s(result: &EvalResult, name: &str) -> f64 {
         .filter(|s| s.name == name)
         .map(|s| s.duration_s)
         .sum()
-}
-
-fn median(values: &[f64]) -> f64 {
-    Stats::from_samples(values).map_or(f64::NAN, |s| s.median_ms)
 }
 
 /// The columns of the table, in [`overhead_row`]'s order.
@@ -123,15 +121,10 @@ fn overhead_row(r: &EvalResult) -> anyhow::Result<[f64; 9]> {
         .filter(|s| s.name.starts_with("trial_"))
         .map(|s| s.duration_s)
         .collect();
-    let Some((&first, later)) = trials.split_first() else {
+    if trials.is_empty() {
         anyhow::bail!("the evaluation ran no trial");
-    };
-    // With one trial there is no warm one to compare: no compile time is split off.
-    let compile = if later.is_empty() {
-        0.0
-    } else {
-        (first - median(later)).max(0.0)
-    };
+    }
+    let compile = first_trial_compile(&trials);
     let gpu_work = r.timing.as_ref().map_or(0.0, |t| {
         let side = |s: &Stats| s.mean_ms * f64::from(s.n + t.warmup) / 1e3;
         side(&t.reference) + side(&t.candidate)

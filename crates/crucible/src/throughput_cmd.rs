@@ -1088,13 +1088,19 @@ fn compile_time(trials_s: f64, passed: &[f64], seen: &Seen) -> f64 {
         let waits: f64 = seen.trial_lock_wait_s.values().sum();
         return (trials_s - seen.trial_share_s - waits).max(0.0);
     }
-    match passed.split_first() {
+    first_trial_compile(passed)
+}
+
+/// The first of these trial times less the median of the rest (never below zero): the compile
+/// a first trial carries beyond a warm one. 0 with fewer than two trials, nothing to compare.
+pub(crate) fn first_trial_compile(trials: &[f64]) -> f64 {
+    match trials.split_first() {
         Some((first, rest)) if !rest.is_empty() => (first - median(rest)).max(0.0),
         _ => 0.0,
     }
 }
 
-fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     Stats::from_samples(values).map_or(f64::NAN, |s| s.median_ms)
 }
 
