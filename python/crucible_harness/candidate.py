@@ -559,9 +559,37 @@ def warm_profiler(torch, device):
     start_profiler(torch, device)
 
 
+class ProfilerWarmUp:
+    """The profiler's start-up on a thread of its own, for a process that did not warm it ahead:
+    the judge asks for it (`warm_profiler`) once the candidate's first trial passed, so a
+    candidate that fails to load or in that trial never pays its 4-5 CPU-seconds, and one that
+    passes pays them while its later stages run. `start_profiler`, before the timed phases, waits for that thread."""
+
+    def __init__(self, torch, device):
+        self.torch = torch
+        self.device = device
+        self.thread = None
+
+    def begin(self, _msg):
+        if self.thread is None and self.device.startswith("cuda"):
+            self.thread = threading.Thread(
+                target=start_profiler, args=(self.torch, self.device), name="crucible-profiler-warm-up", daemon=True
+            )
+            self.thread.start()
+        return {}
+
+    def finish(self, _msg):
+        if self.thread is not None:
+            self.thread.join()
+        # About a millisecond once started; the whole start-up where nothing warmed it.
+        start_profiler(self.torch, self.device)
+        return {}
+
+
 def start_profiler(torch, device):
     """The profiler's start-up, on its own (the `start_profiler` request, before the timed phases
-    of a process that did not warm it ahead). Nothing on the CPU."""
+    of a process that did not warm it ahead, or the `warm_profiler` thread). Nothing on the
+    CPU."""
     if not device.startswith("cuda"):
         return
     from torch.profiler import ProfilerActivity, profile
@@ -600,9 +628,7 @@ def main():
         with notes.during():
             return candidate.run(msg)
 
-    def profiler_started(_msg):
-        start_profiler(torch, device)
-        return {}
+    profiler = ProfilerWarmUp(torch, device)
 
     handlers = {
         "load": candidate.load,
@@ -611,7 +637,8 @@ def main():
         "time": candidate.time,
         "time_deliver": candidate.time_deliver,
         "time_batch": candidate.time_batch,
-        "start_profiler": profiler_started,
+        "warm_profiler": profiler.begin,
+        "start_profiler": profiler.finish,
         "profile": candidate.profile,
         "reload": candidate.reload,
         "run_generalized": candidate.run_generalized,

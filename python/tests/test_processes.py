@@ -107,6 +107,9 @@ def test_the_candidate_process_starts_its_profiler_when_asked_and_nothing_on_the
     process = started("candidate")
     assert process.receive() == {"ok": True, "ready": True}
     assert process.request({"op": "start_profiler", "stage": "profiler-start"}) == {"ok": True}
+    # A process whose trials passed is asked to begin it on a thread first, then waited for.
+    assert process.request({"op": "warm_profiler", "stage": "profiler-warm-up"}) == {"ok": True}
+    assert process.request({"op": "start_profiler", "stage": "profiler-start"}) == {"ok": True}
     process.judge.shutdown(socket.SHUT_WR)
     assert process.receive() is None
     assert process.wait() == 0

@@ -674,6 +674,8 @@ pub struct Workers {
     shared_dir: PathBuf,
     missing_sandbox: Vec<&'static str>,
     device: Device,
+    /// The candidate process starts the profiler before its hello.
+    profiler_ahead: bool,
     // Dropped last: the processes map files inside it.
     _referee_dir: tempfile::TempDir,
 }
@@ -761,6 +763,7 @@ impl Workers {
             shared_dir: scratch.shared,
             missing_sandbox,
             device: cfg.device,
+            profiler_ahead: prestart.warm_profiler && cfg.times(),
             _referee_dir: scratch.referee,
         })
     }
@@ -786,6 +789,11 @@ impl Workers {
             crate::process::group_cpu_seconds(referee),
             crate::process::group_cpu_seconds(candidate),
         ]
+    }
+
+    /// Whether the candidate process started the profiler before its hello.
+    pub(crate) fn profiler_started_ahead(&self) -> bool {
+        self.profiler_ahead
     }
 
     /// The candidate process's pid (as the judge sees it, outside its PID namespace).

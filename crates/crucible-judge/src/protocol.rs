@@ -166,8 +166,13 @@ pub(crate) enum CandidateRequest {
         count: u32,
         synchronize_each: bool,
     },
-    /// Start the profiler once (CUPTI's start-up), so the profile stage does not pay it while
-    /// the GPU is held exclusively; about a millisecond where it already ran.
+    /// Begin the profiler's start-up (CUPTI's, seconds) on a thread of the candidate process
+    /// and answer at once: sent once the first trial passed, to a process that did not warm it
+    /// ahead, so that its later stages overlap it and a failing candidate never pays it.
+    WarmProfiler { stage: String },
+    /// Start the profiler once (CUPTI's start-up, or waiting for the `warm_profiler` thread),
+    /// so the profile stage does not pay it while the GPU is held exclusively; about a
+    /// millisecond where it already ran.
     StartProfiler { stage: String },
     /// Profiled forwards.
     Profile {
@@ -599,6 +604,7 @@ pub fn document() -> Value {
                 ("time", schema(schema_for!(TimeReply))),
                 ("time_deliver", schema(schema_for!(TimeDeliverReply))),
                 ("time_batch", schema(schema_for!(Done))),
+                ("warm_profiler", schema(schema_for!(Done))),
                 ("start_profiler", schema(schema_for!(Done))),
                 ("profile", schema(schema_for!(ProfileReply))),
             ]),

@@ -121,7 +121,8 @@ pub struct ThroughputArgs {
     /// overhead with warm workers apart from CPU saturation (the rate then counts the pauses).
     #[arg(long, default_value_t = 0.0)]
     pace_s: f64,
-    /// Prestarted candidate processes do not start the profiler ahead of their evaluation.
+    /// Prestarted candidate processes do not start the profiler ahead of their evaluation; those
+    /// whose first trial passed begin it then, on a thread (measured on an H200: no faster).
     #[arg(long)]
     cold_profiler: bool,
     /// The warm pool starts every referee as a fresh interpreter instead of forking it from a
@@ -1392,6 +1393,7 @@ fn stage_order(name: &str) -> usize {
         "reference",
         "load",
         "trials",
+        "profiler-warm-up",
         "repeat",
         "precision",
         "generalize",

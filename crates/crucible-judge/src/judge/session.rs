@@ -247,10 +247,9 @@ impl Session {
         if !usable {
             return Ok(());
         }
-        {
-            let _gpu = untimed_gpu_work(eval);
-            self.start_profiler(eval)?;
-        }
+        // Without a share: where the warm-up thread has not finished, this waits for it, and its
+        // only kernel has one element.
+        self.start_profiler(eval)?;
         // Exclusive use of the device from the first timed request to the last check of a timed
         // output; other evaluations' CPU work goes on meanwhile.
         let _exclusive = eval.cfg.timed_phases.as_ref().map(|gate| gate.enter());
@@ -395,6 +394,9 @@ impl Session {
             })?;
             if !passed {
                 return Err(incorrect(eval, name));
+            }
+            if index == 0 {
+                self.warm_profiler(eval)?;
             }
         }
         Ok(())
@@ -592,9 +594,29 @@ impl Session {
         })
     }
 
+    /// A candidate process that will be timed and did not start the profiler ahead begins it now,
+    /// on a thread of its own, once its first trial passed: it will likely be profiled, its
+    /// later stages (the other trials, repeat, precision, generalize) overlap the 4-5
+    /// CPU-seconds (measured on an H200, `scripts/probe/candidate_fork_start.py`), and a
+    /// candidate that fails to load or in its first trial, most failures, never spends them.
+    fn warm_profiler(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+        if !eval.cfg.times() || self.workers.profiler_started_ahead() {
+            return Ok(());
+        }
+        let limit = eval.cfg.limits.timing;
+        let request = CandidateRequest::WarmProfiler {
+            stage: "profiler-warm-up".into(),
+        };
+        let candidate = &mut self.workers.candidate;
+        eval.stage("profiler-warm-up", |_| {
+            candidate_call::<Done>(candidate, "profiler-warm-up", &request, limit).map(drop)
+        })
+    }
+
     /// The profiler's first start in a process takes seconds (CUPTI; 3.7-4.4 s on an H200) and
     /// would otherwise fall in the profile stage, while every other evaluation waits for the
-    /// exclusive GPU lock; a process started ahead already paid it (about 1 ms here).
+    /// exclusive GPU lock; a process started ahead already paid it (about 1 ms here), one whose
+    /// first trial passed began it then ([`Session::warm_profiler`]) and this waits for the rest.
     fn start_profiler(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
         let limit = eval.cfg.limits.timing;
         let request = CandidateRequest::StartProfiler {
