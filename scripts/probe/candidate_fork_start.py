@@ -118,7 +118,7 @@ def main():
             results.append(fresh(args.device, os.path.join(tmp, f"fresh{i}")))
             print(json.dumps(results[-1]), flush=True)
         import numpy  # noqa: F401
-        import torch  # noqa: F401
+        import torch
         import torch.profiler  # noqa: F401
         import triton  # noqa: F401
 

@@ -664,6 +664,14 @@ pub struct Prestart<'a> {
     pub triton_seed: Option<&'a TritonSeed>,
 }
 
+impl Prestart<'_> {
+    /// Whether the candidate process starts the profiler before its hello: asked for, and the
+    /// evaluation will time on a GPU.
+    fn profiler_ahead(&self, cfg: &EvalConfig) -> bool {
+        self.warm_profiler && cfg.times()
+    }
+}
+
 /// A referee and a candidate harness process with their scratch directories, started before
 /// they are needed: interpreter start-up (importing torch, bringing up the device) is most of an
 /// evaluation's fixed cost, and a batch overlaps it with the previous evaluation.
@@ -763,7 +771,7 @@ impl Workers {
             shared_dir: scratch.shared,
             missing_sandbox,
             device: cfg.device,
-            profiler_ahead: prestart.warm_profiler && cfg.times(),
+            profiler_ahead: prestart.profiler_ahead(cfg),
             _referee_dir: scratch.referee,
         })
     }
@@ -933,7 +941,7 @@ impl Scratch {
             // Only a lost head start: the candidate process builds its own, as without a seed.
             tracing::warn!("cannot copy Triton's CUDA utilities for a candidate: {error}");
         }
-        if prestart.warm_profiler && cfg.times() {
+        if prestart.profiler_ahead(cfg) {
             env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
         }
         Ok(env)

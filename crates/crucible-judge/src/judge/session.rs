@@ -603,14 +603,11 @@ impl Session {
         if !eval.cfg.times() || self.workers.profiler_started_ahead() {
             return Ok(());
         }
-        let limit = eval.cfg.limits.timing;
+        let stage = "profiler-warm-up";
         let request = CandidateRequest::WarmProfiler {
-            stage: "profiler-warm-up".into(),
+            stage: stage.into(),
         };
-        let candidate = &mut self.workers.candidate;
-        eval.stage("profiler-warm-up", |_| {
-            candidate_call::<Done>(candidate, "profiler-warm-up", &request, limit).map(drop)
-        })
+        self.profiler_request(eval, stage, &request)
     }
 
     /// The profiler's first start in a process takes seconds (CUPTI; 3.7-4.4 s on an H200) and
@@ -618,13 +615,24 @@ impl Session {
     /// exclusive GPU lock; a process started ahead already paid it (about 1 ms here), one whose
     /// first trial passed began it then ([`Session::warm_profiler`]) and this waits for the rest.
     fn start_profiler(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
-        let limit = eval.cfg.limits.timing;
+        let stage = "profiler-start";
         let request = CandidateRequest::StartProfiler {
-            stage: "profiler-start".into(),
+            stage: stage.into(),
         };
+        self.profiler_request(eval, stage, &request)
+    }
+
+    /// One of the profiler's start-up requests, as a stage of its own within the timing limit.
+    fn profiler_request(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        stage: &str,
+        request: &CandidateRequest,
+    ) -> Result<(), Stop> {
+        let limit = eval.cfg.limits.timing;
         let candidate = &mut self.workers.candidate;
-        eval.stage("profiler-start", |_| {
-            candidate_call::<Done>(candidate, "profiler-start", &request, limit).map(drop)
+        eval.stage(stage, |_| {
+            candidate_call::<Done>(candidate, stage, request, limit).map(drop)
         })
     }
 
