@@ -57,6 +57,9 @@ class ShimReader:
         code = self.lib.shim_init(cupti_path.encode())
         if code != 0:
             raise RuntimeError(f"shim_init returned {code}")
+        # Allocated once: the thread variant drains thousands of times, and an 18 MB zeroed array
+        # each time would slow its profiling thread next to the ctypes reader's.
+        self.out = (ShimRecord * 65536)()
 
     def enable(self):
         assert self.lib.shim_enable(KERNEL) == 0
@@ -64,8 +67,7 @@ class ShimReader:
     def disable_and_flush(self):
         assert self.lib.shim_disable(KERNEL) == 0
         assert self.lib.shim_flush() == 0
-        out = (ShimRecord * 65536)()
-        taken = []
+        out, taken = self.out, []
         while n := self.lib.shim_take(out, len(out)):
             taken.extend((out[i].name.decode(errors="replace"), (out[i].end - out[i].start) / 1e3) for i in range(n))
         return taken

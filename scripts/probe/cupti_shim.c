@@ -95,7 +95,9 @@ int shim_enable(int kind) { return enable(kind); }
 int shim_disable(int kind) { return disable(kind); }
 
 int shim_flush(void) {
+    pthread_mutex_lock(&lock);  // read by the callbacks, under the same lock
     flushing_thread = pthread_self();
+    pthread_mutex_unlock(&lock);
     return flush_all(1);  // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: partly filled buffers too
 }
 
