@@ -82,13 +82,15 @@ class CountingCtypesReader(cupti_direct.DirectCupti):
     """`cupti_direct.py`'s ctypes reader, counting the buffers handed back off the flushing thread."""
 
     def __init__(self, path):
-        self.completed, self.off, self.flusher = 0, 0, None
+        # Names of their own: the base class keeps its callbacks and buffers under `completed`,
+        # `requested` and `buffers`.
+        self.handed_back, self.handed_back_off, self.flusher = 0, 0, None
         super().__init__(path)
 
     def on_completed(self, *args):
-        self.completed += 1
+        self.handed_back += 1
         if threading.get_ident() != self.flusher:
-            self.off += 1
+            self.handed_back_off += 1
         super().on_completed(*args)
 
     def disable_and_flush(self):
@@ -96,7 +98,7 @@ class CountingCtypesReader(cupti_direct.DirectCupti):
         return super().disable_and_flush()
 
     def off_caller(self):
-        return self.completed, self.off
+        return self.handed_back, self.handed_back_off
 
 
 def profile_once(torch, device, reader, work):

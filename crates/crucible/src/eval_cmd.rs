@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -11,6 +11,7 @@ use crucible_judge::{
     ToleranceProfile, Transport, Workers,
 };
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
+use crucible_worker::engine::{ReferenceCache, ReferencePolicy};
 
 #[derive(clap::Args)]
 pub struct EvalArgs {
@@ -90,6 +91,11 @@ pub struct EvalArgs {
     /// Evaluations to run at once in batch mode.
     #[arg(long, short = 'j', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     jobs: u32,
+    /// In batch mode, time each task's reference once and serve that timing to its later
+    /// candidates, as the service does (measured again after 32 uses or 10 minutes); by
+    /// default every candidate's evaluation times the reference itself.
+    #[arg(long)]
+    reference_cache: bool,
 }
 
 /// `--autotune-budget`, on `eval`, `serve`, `worker` and `bench-throughput`.
@@ -143,6 +149,10 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
     };
     args.sandbox.apply(&mut cfg);
     cfg.inputs_on_host = args.inputs_on_host;
+    cfg.reference_timings = args.reference_cache.then(|| {
+        Arc::new(ReferenceCache::new(ReferencePolicy::default(), None))
+            as Arc<dyn crucible_judge::ReferenceTimingCache>
+    });
     cfg.verify_policy = match (&args.verify_policy_file, args.verify_policy.as_str()) {
         (Some(path), _) => Some(crucible_judge::VerifyPolicy::from_file(path)?),
         (None, "off") => None,

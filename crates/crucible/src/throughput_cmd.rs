@@ -1398,6 +1398,7 @@ fn stage_order(name: &str) -> usize {
         "precision",
         "generalize",
         "profiler-start",
+        "timed-inputs",
         "timing",
         "profile",
         "timed-output",

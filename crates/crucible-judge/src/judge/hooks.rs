@@ -13,8 +13,8 @@ use crucible_result::PrecisionClass;
 
 use super::Workers;
 
-/// Held for the duration of an evaluation's timed phases (`timing`, `profile`,
-/// `timed-output`); dropping it lets the next evaluation's timed phases in.
+/// Held for the duration of an evaluation's timed phases (`timing`, `profile`); dropping it
+/// lets the next evaluation's timed phases in.
 pub type TimedPhaseGuard = Box<dyn Send>;
 
 /// Grants exclusive use of the device for one evaluation's timed phases, so the CPU work of
@@ -125,8 +125,9 @@ pub trait Teardown: Send + Sync + Debug {
 }
 
 /// Told the name of each stage as it starts (`verify`, `start`, `reference`, `load`,
-/// `trial_N`, `repeat`, `precision`, `generalize`, `timing`, `profile`, `timed-output`), so a
-/// long-lived caller can say what an evaluation is doing. Called on the evaluation's thread.
+/// `trial_N`, `repeat`, `precision`, `generalize`, `profiler-start`, `timed-inputs`, `timing`,
+/// `profile`, `timed-output`), so a long-lived caller can say what an evaluation is doing.
+/// Called on the evaluation's thread.
 pub trait StageObserver: Send + Sync + Debug {
     fn stage_started(&self, name: &str);
 }

@@ -1,6 +1,6 @@
 //! The stages of one evaluation, on one referee and one fresh candidate process:
 //! start → reference → load → trials → repeat → launch check → generalize → profiler start →
-//! timing → profile → timed output. Each stage is a method of [`Session`], which owns the two
+//! timed inputs → timing → profile → timed output. Each stage is a method of [`Session`], which owns the two
 //! processes and the scratch paths; what a stage finds goes into the [`Evaluation`] record, and
 //! the result is assembled from that record in one place (`judge::assemble`).
 
@@ -30,9 +30,9 @@ use crate::timing::{TimingEvidence, batch_count, timing_findings};
 const PROFILED_FORWARDS: u32 = 3;
 /// Outside-timed batches of back-to-back forwards, and the length each aims at (at most).
 const OUTSIDE_BATCHES: u32 = 3;
-const OUTSIDE_BATCH_TARGET_MS: f64 = 60.0;
+const OUTSIDE_BATCH_TARGET_MS: f64 = 20.0;
 /// The synchronized batches' length: each forward waits for the device there, so fewer fit.
-const SYNCED_BATCH_TARGET_MS: f64 = 30.0;
+const SYNCED_BATCH_TARGET_MS: f64 = 12.0;
 
 /// Runs every stage after the static verifier. Timing and profile land in `eval` as they are
 /// measured, so a later stage's failure keeps them.
@@ -250,16 +250,41 @@ impl Session {
         // Without a share: where the warm-up thread has not finished, this waits for it, and its
         // only kernel has one element.
         self.start_profiler(eval)?;
-        // Exclusive use of the device from the first timed request to the last check of a timed
-        // output; other evaluations' CPU work goes on meanwhile.
-        let _exclusive = eval.cfg.timed_phases.as_ref().map(|gate| gate.enter());
-        // Ahead of other evaluations' CPU work too (compiles, start-ups): a timed sample spans
-        // the forward's launch path. Given back before the lock.
-        let _priority = TimedPriority::raise(&self.workers, timing_cfg.nice);
-        let phase = self.timing(eval, &timing_cfg)?;
-        let profiled = self.profile(eval, &phase)?;
-        self.check_timing(eval, &timing_cfg, &phase, &profiled)?;
+        let timed = timed_loop(eval, &timing_cfg);
+        let references = ReferenceTimings::look_up(eval, &timed);
+        // Drawing the timed inputs and mapping them is untimed work: under a share, before the
+        // lock, unless a reference timing is to be measured first (its inputs and the staged
+        // ones would then be held at once).
+        let staged = if references.all_cached() {
+            let _gpu = untimed_gpu_work(eval);
+            Some(self.stage_timed_inputs(eval, timed.seed)?)
+        } else {
+            None
+        };
+        let phase = {
+            // Exclusive use of the device from the first timed request to the last profiled
+            // forward; other evaluations' CPU work goes on meanwhile.
+            let _exclusive = eval.cfg.timed_phases.as_ref().map(|gate| gate.enter());
+            // Ahead of other evaluations' CPU work too (compiles, start-ups): a timed sample
+            // spans the forward's launch path. Given back before the lock.
+            let _priority = TimedPriority::raise(&self.workers, timing_cfg.nice);
+            let phase = self.timing(eval, timed, references, staged)?;
+            let profiled = self.profile(eval, &phase)?;
+            self.check_timing(eval, &timing_cfg, &phase, &profiled)?;
+            phase
+        };
+        // The referee's comparison of the timed output times nothing.
+        let _gpu = untimed_gpu_work(eval);
         self.timed_output(eval, phase.delivered_problem)
+    }
+
+    /// The `timed-inputs` stage: [`stage_timed_inputs`] on its own, before the timed phases.
+    fn stage_timed_inputs(&mut self, eval: &mut Evaluation<'_>, seed: u64) -> Result<String, Stop> {
+        let limit = eval.cfg.limits.timing;
+        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
+        eval.stage("timed-inputs", |_| {
+            stage_timed_inputs(referee, candidate, "timed-inputs", seed, limit)
+        })
     }
 
     /// The referee loads the task and builds the reference; returns the init inputs.
@@ -522,49 +547,34 @@ impl Session {
     /// Both sides time the same loop on fresh inputs (the reference a second time at the
     /// candidate's measured precision class, when it is not the reference's own); the outside
     /// witness is measured last.
+    /// `staged`: the timed inputs' payload where [`Session::stage_timed_inputs`] already
+    /// staged them; otherwise this does, after the reference timings.
     fn timing(
         &mut self,
         eval: &mut Evaluation<'_>,
-        timing_cfg: &TimingConfig,
+        timed: TimedLoop,
+        references: ReferenceTimings,
+        staged: Option<String>,
     ) -> Result<TimedPhase, Stop> {
         let limit = eval.cfg.limits.timing;
-        let timed = TimedLoop {
-            seed: eval.seeds.timing,
-            warmup: timing_cfg.warmup,
-            iters: timing_cfg.iters,
-            flush_bytes: timing_cfg.flush_bytes,
-        };
-        let matched_class = eval.precision.as_ref().and_then(precision::matched_class);
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
-        let cache_key = |precision| reference_key(eval, &timed, precision);
-        let (plain_key, matched_key) = (cache_key(None), matched_class.map(|c| cache_key(Some(c))));
         let cache = eval.cfg.reference_timings.clone();
         eval.stage("timing", |_| {
             let cache = cache.as_deref();
-            let reference = time_reference(referee, cache, plain_key, timed, limit)?;
+            let reference = time_reference(referee, cache, references.plain, timed, limit)?;
             // The same loop at the candidate's measured class (same seed, warmup, iterations
             // and flush).
-            let matched = match (matched_class, matched_key) {
-                (Some(class), Some(key)) => {
-                    let reply = time_reference(referee, cache, key, timed, limit)?;
+            let matched = match references.matched {
+                Some((class, need)) => {
+                    let reply = time_reference(referee, cache, need, timed, limit)?;
                     Some((class, reply.samples_ms))
                 }
-                _ => None,
+                None => None,
             };
-            // The timed inputs are shared like a trial's, and their expected outputs kept for
-            // the timed-output check.
-            let prepare = RefereeRequest::Prepare {
-                trial: "timing".into(),
-                seed: timed.seed,
+            let payload = match staged {
+                Some(payload) => payload,
+                None => stage_timed_inputs(referee, candidate, "timing", timed.seed, limit)?,
             };
-            let prepared: PrepareReply = referee_call(referee, &prepare, limit)?;
-            // Mapping (and, with `shm`, staging) the inputs is a request of its own: the
-            // measured window below holds the timed loop alone, like the referee's.
-            let open = CandidateRequest::TimeOpen {
-                stage: "timing".into(),
-                payload: prepared.payload.clone(),
-            };
-            candidate_call::<Done>(candidate, "timing", &open, limit)?;
             let time = CandidateRequest::Time {
                 stage: "timing".into(),
                 timed,
@@ -588,7 +598,7 @@ impl Session {
                 phase_wall_s,
                 outside,
                 synced: synced.map(|(ms, _)| ms),
-                payload: prepared.payload,
+                payload,
                 delivered_problem: delivered.problem,
             })
         })
@@ -800,6 +810,79 @@ fn outside_forward(
     Ok(per_forward.is_finite().then_some((per_forward, count)))
 }
 
+/// The timed loop of this evaluation: its own seed, the configured warm-up, iterations and flush.
+fn timed_loop(eval: &Evaluation<'_>, timing_cfg: &TimingConfig) -> TimedLoop {
+    TimedLoop {
+        seed: eval.seeds.timing,
+        warmup: timing_cfg.warmup,
+        iters: timing_cfg.iters,
+        flush_bytes: timing_cfg.flush_bytes,
+    }
+}
+
+/// One reference timing the timing stage needs: its cache key, and what the cache answered
+/// (asked once: a lookup counts towards the entry's re-measurement and the cache's hit rate).
+struct ReferenceNeed {
+    key: ReferenceKey,
+    cached: Option<ReferenceTiming>,
+}
+
+/// The reference timings the timing stage needs: the reference as it is, and at the candidate's
+/// measured precision class where that differs.
+struct ReferenceTimings {
+    plain: ReferenceNeed,
+    matched: Option<(PrecisionClass, ReferenceNeed)>,
+}
+
+impl ReferenceTimings {
+    fn look_up(eval: &Evaluation<'_>, timed: &TimedLoop) -> ReferenceTimings {
+        let cache = eval.cfg.reference_timings.as_deref();
+        let need = |precision| {
+            let key = reference_key(eval, timed, precision);
+            let cached = cache.and_then(|c| c.lookup(&key));
+            ReferenceNeed { key, cached }
+        };
+        let matched = eval.precision.as_ref().and_then(precision::matched_class);
+        ReferenceTimings {
+            plain: need(None),
+            matched: matched.map(|class| (class, need(Some(class)))),
+        }
+    }
+
+    /// Whether the timing stage measures none of them.
+    fn all_cached(&self) -> bool {
+        self.plain.cached.is_some()
+            && self
+                .matched
+                .as_ref()
+                .is_none_or(|(_, need)| need.cached.is_some())
+    }
+}
+
+/// The timed inputs, shared like a trial's (their expected outputs kept for the timed-output
+/// check) and mapped by the candidate; returns their payload. Mapping (and, with `shm`,
+/// staging) is a request of its own, so the measured window holds the timed loop alone, like
+/// the referee's.
+fn stage_timed_inputs(
+    referee: &mut crate::process::HarnessProcess,
+    candidate: &mut crate::process::HarnessProcess,
+    stage: &str,
+    seed: u64,
+    limit: std::time::Duration,
+) -> Result<String, Stop> {
+    let prepare = RefereeRequest::Prepare {
+        trial: "timing".into(),
+        seed,
+    };
+    let prepared: PrepareReply = referee_call(referee, &prepare, limit)?;
+    let open = CandidateRequest::TimeOpen {
+        stage: stage.into(),
+        payload: prepared.payload.clone(),
+    };
+    candidate_call::<Done>(candidate, stage, &open, limit)?;
+    Ok(prepared.payload)
+}
+
 /// What a reference timing of this evaluation depends on (its cache key).
 fn reference_key(
     eval: &Evaluation<'_>,
@@ -836,16 +919,17 @@ fn reference_key(
     }
 }
 
-/// The reference's timing under `key`: from the cache when it holds a current one, else timed
-/// by the referee (on this evaluation's timed inputs) and stored.
+/// The reference's timing: the cache's answer when it had a current one, else timed by the
+/// referee (on this evaluation's timed inputs) and stored under its key.
 fn time_reference(
     referee: &mut crate::process::HarnessProcess,
     cache: Option<&dyn ReferenceTimingCache>,
-    key: ReferenceKey,
+    need: ReferenceNeed,
     timed: TimedLoop,
     limit: std::time::Duration,
 ) -> Result<TimeReferenceReply, Stop> {
-    if let Some(hit) = cache.and_then(|c| c.lookup(&key)) {
+    let ReferenceNeed { key, cached } = need;
+    if let Some(hit) = cached {
         return Ok(TimeReferenceReply {
             samples_ms: hit.samples_ms,
             io_bytes: hit.io_bytes,
