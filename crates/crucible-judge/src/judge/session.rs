@@ -28,11 +28,16 @@ use crate::timing::{TimingEvidence, batch_count, timing_findings};
 
 /// Profiled forwards per evaluation; the busy-time witness keeps the least.
 const PROFILED_FORWARDS: u32 = 3;
-/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most).
+/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most). 20 ms
+/// since 2026-12-04 (60 before): on an H200 (two runs, 66 honest evaluations from 16 rows to full
+/// size), honest claims still came out at 1.64 to 2.27 times this witness; the bound is 0.75.
 const OUTSIDE_BATCHES: u32 = 3;
 const OUTSIDE_BATCH_TARGET_MS: f64 = 20.0;
-/// The synchronized batches' length: each forward waits for the device there, so fewer fit.
-const SYNCED_BATCH_TARGET_MS: f64 = 12.0;
+/// The synchronized batches' length: each forward waits for the device there, so fewer fit. Its
+/// bound's margin is thin (honest launch-bound claims from 1.002 times it): at 12 ms, one honest
+/// tiny softmax of 8 came out at 0.82 and was rejected (one H200 run, 2026-12-04), so it stays at
+/// the length its bounds were measured with.
+const SYNCED_BATCH_TARGET_MS: f64 = 30.0;
 
 /// Runs every stage after the static verifier. Timing and profile land in `eval` as they are
 /// measured, so a later stage's failure keeps them.
