@@ -1000,4 +1000,39 @@ mod tests {
         assert!(!trial_work_is_large(matmul_trial, large()));
         assert!(!trial_work_is_large(0, large()));
     }
+
+    fn need(cached: bool, precision: Option<PrecisionClass>) -> ReferenceNeed {
+        ReferenceNeed {
+            key: ReferenceKey {
+                task_sha256: "t".into(),
+                size_profile: "full".into(),
+                device_name: "NVIDIA H200".into(),
+                versions: "v".into(),
+                warmup: 3,
+                iters: 30,
+                flush_bytes: 1 << 28,
+                precision,
+            },
+            cached: cached.then(|| ReferenceTiming {
+                samples_ms: vec![1.0],
+                io_bytes: 8.0,
+            }),
+        }
+    }
+
+    /// The timed inputs are staged before the lock only where the timing stage measures no
+    /// reference timing: every one it needs came from the cache.
+    #[test]
+    fn staging_early_needs_every_reference_timing_cached() {
+        let timings = |plain, matched: Option<bool>| ReferenceTimings {
+            plain: need(plain, None),
+            matched: matched
+                .map(|hit| (PrecisionClass::Tf32, need(hit, Some(PrecisionClass::Tf32)))),
+        };
+        assert!(timings(true, None).all_cached());
+        assert!(timings(true, Some(true)).all_cached());
+        assert!(!timings(false, None).all_cached());
+        assert!(!timings(true, Some(false)).all_cached());
+        assert!(!timings(false, Some(true)).all_cached());
+    }
 }
