@@ -1,8 +1,9 @@
 //! The stages of one evaluation, on one referee and one fresh candidate process:
 //! start → reference → load → trials → repeat → launch check → generalize → profiler start →
-//! timed inputs → timing → profile → timed output. Each stage is a method of [`Session`], which owns the two
-//! processes and the scratch paths; what a stage finds goes into the [`Evaluation`] record, and
-//! the result is assembled from that record in one place (`judge::assemble`).
+//! timed inputs → timing → profile → timed output. Each stage is a method of [`Session`], which
+//! owns the two processes and the scratch paths; what a stage finds goes into the
+//! [`Evaluation`] record, and the result is assembled from that record in one place
+//! (`judge::assemble`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -29,8 +30,8 @@ use crate::timing::{TimingEvidence, batch_count, timing_findings};
 /// Profiled forwards per evaluation; the busy-time witness keeps the least.
 const PROFILED_FORWARDS: u32 = 3;
 /// Outside-timed batches of back-to-back forwards, and the length each aims at (at most). 20 ms
-/// since 2026-12-04 (60 before): on an H200 (two runs, 66 honest evaluations from 16 rows to full
-/// size), honest claims still came out at 1.64 to 2.27 times this witness; the bound is 0.75.
+/// since 2026-12-04 (60 before): on an H200 (three runs, 138 honest evaluations from 16 rows to
+/// full size) honest claims still came out at 1.67 to 2.27 times this witness; the bound is 0.75.
 const OUTSIDE_BATCHES: u32 = 3;
 const OUTSIDE_BATCH_TARGET_MS: f64 = 20.0;
 /// The synchronized batches' length: each forward waits for the device there, so fewer fit. Its
@@ -552,6 +553,7 @@ impl Session {
     /// Both sides time the same loop on fresh inputs (the reference a second time at the
     /// candidate's measured precision class, when it is not the reference's own); the outside
     /// witness is measured last.
+    ///
     /// `staged`: the timed inputs' payload where [`Session::stage_timed_inputs`] already
     /// staged them; otherwise this does, after the reference timings.
     fn timing(
