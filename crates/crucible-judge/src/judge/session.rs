@@ -263,7 +263,7 @@ impl Session {
         // ones would then be held at once).
         let staged = if references.all_cached() {
             let _gpu = untimed_gpu_work(eval);
-            Some(self.stage_timed_inputs(eval, timed.seed)?)
+            Some(self.timed_inputs(eval, timed.seed)?)
         } else {
             None
         };
@@ -285,7 +285,7 @@ impl Session {
     }
 
     /// The `timed-inputs` stage: [`stage_timed_inputs`] on its own, before the timed phases.
-    fn stage_timed_inputs(&mut self, eval: &mut Evaluation<'_>, seed: u64) -> Result<String, Stop> {
+    fn timed_inputs(&mut self, eval: &mut Evaluation<'_>, seed: u64) -> Result<String, Stop> {
         let limit = eval.cfg.limits.timing;
         let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         eval.stage("timed-inputs", |_| {
@@ -554,7 +554,7 @@ impl Session {
     /// candidate's measured precision class, when it is not the reference's own); the outside
     /// witness is measured last.
     ///
-    /// `staged`: the timed inputs' payload where [`Session::stage_timed_inputs`] already
+    /// `staged`: the timed inputs' payload where [`Session::timed_inputs`] already
     /// staged them; otherwise this does, after the reference timings.
     fn timing(
         &mut self,
