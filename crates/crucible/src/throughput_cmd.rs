@@ -579,6 +579,25 @@ struct Row {
     /// used when taken from the pool (their start-up).
     cpu_s: Option<[f64; 2]>,
     start_cpu_s: [f64; 2],
+    /// The claimed median against the outside witnesses, `[back to back, synchronized]`, where
+    /// it was timed: how near an honest claim comes to their bounds (0.75, and 0.85 or 0.6)
+    /// beside other evaluations.
+    claim_over_witness: [Option<f64>; 2],
+    /// Its outside witnesses were measured again (`timing-rechecked`).
+    timing_rechecked: bool,
+}
+
+/// The claimed median over each outside witness, `[back to back, synchronized]`.
+fn claim_over_witness(timing: Option<&crucible_result::Timing>) -> [Option<f64>; 2] {
+    let Some(t) = timing else {
+        return [None, None];
+    };
+    let over = |witness: Option<f64>| {
+        witness
+            .filter(|w| w.is_finite() && *w > 0.0)
+            .map(|w| t.candidate.median_ms / w)
+    };
+    [over(t.outside_forward_ms), over(t.synced_forward_ms)]
 }
 
 struct Measured {
@@ -1062,6 +1081,8 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
         retried_alone: result.findings.iter().any(|f| f.code == "retried-alone"),
+        claim_over_witness: claim_over_witness(result.timing.as_ref()),
+        timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
         cpu_s: seen.cpu_s,
         start_cpu_s: seen.start_cpu_s,
         failure: result.failure.clone(),
@@ -1071,7 +1092,10 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
             // The retries' notes say why an evaluation took twice its time.
             .filter(|f| {
                 f.severity >= crucible_result::Severity::Flag
-                    || matches!(f.code.as_str(), "retried-alone" | "precision-retried")
+                    || matches!(
+                        f.code.as_str(),
+                        "retried-alone" | "precision-retried" | "timing-rechecked"
+                    )
             })
             .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
             .collect(),
@@ -1133,6 +1157,39 @@ impl Measured {
         self.print_overhead();
         // Also on the CPU with `--lock-file` (the lock's own behaviour, without a GPU).
         self.print_gpu_lock();
+        self.print_witnesses();
+    }
+
+    /// How near the timed claims came to the outside witnesses' bounds, and how many were
+    /// measured again.
+    fn print_witnesses(&self) {
+        let ratios = |side: usize| -> Vec<f64> {
+            self.rows
+                .iter()
+                .filter_map(|r| r.claim_over_witness[side])
+                .collect()
+        };
+        let (back_to_back, synced) = (ratios(0), ratios(1));
+        if back_to_back.is_empty() && synced.is_empty() {
+            return;
+        }
+        let least = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let rechecked: Vec<&Row> = self.rows.iter().filter(|r| r.timing_rechecked).collect();
+        println!(
+            "  timing witnesses ({} timed): claim / back-to-back witness {:.3} at least, {:.3} \
+             median (bound 0.75); claim / synchronized witness {:.3} at least, {:.3} median \
+             (bound 0.85 launch-bound, else 0.6); measured again: {} ({} of them correct)",
+            back_to_back.len().max(synced.len()),
+            least(&back_to_back),
+            median(&back_to_back),
+            least(&synced),
+            median(&synced),
+            rechecked.len(),
+            rechecked
+                .iter()
+                .filter(|r| r.verdict == Verdict::Correct)
+                .count()
+        );
     }
 
     /// The machine's CPU use, the pool's and the reference cache's part.
@@ -1372,6 +1429,9 @@ impl Measured {
                 "stages": row.stages,
                 "failure": row.failure,
                 "findings": row.findings,
+                "claim_over_back_to_back": row.claim_over_witness[0],
+                "claim_over_synced": row.claim_over_witness[1],
+                "timing_rechecked": row.timing_rechecked,
             });
             writeln!(file, "{line}")?;
         }
@@ -1401,6 +1461,7 @@ fn stage_order(name: &str) -> usize {
         "timed-inputs",
         "timing",
         "profile",
+        "timing-recheck",
         "timed-output",
         "(outside stages)",
     ];
@@ -1486,6 +1547,44 @@ mod tests {
             row.findings,
             ["Info retried-alone: the judge failed in `precision` while sharing the device"]
         );
+    }
+
+    /// A timed result gives its claim over each outside witness, and a recheck of them is
+    /// counted and kept among the row's findings.
+    #[test]
+    fn a_timed_row_gives_its_claim_over_the_witnesses() {
+        let mut result = result_with_stages(Verdict::Correct, &[("timing", 0.2, "ok")]);
+        let seen = Seen::default();
+        assert_eq!(
+            row(&result, Kind::Correct, &seen, true).claim_over_witness,
+            [None, None]
+        );
+        let stats = |samples: &[f64]| Stats::from_samples(samples).expect("samples");
+        result.timing = Some(crucible_result::Timing {
+            reference: stats(&[1.0]),
+            candidate: stats(&[0.30, 0.31, 0.29]),
+            warmup: 3,
+            l2_flush_bytes: 0,
+            candidate_phase_wall_s: 0.1,
+            profiled_busy_ms: Some(0.15),
+            outside_forward_ms: Some(0.15),
+            outside_batch_forwards: Some(60),
+            synced_forward_ms: Some(0.36),
+            reference_matched: None,
+            reference_matched_class: None,
+            autotune: None,
+        });
+        result.findings.push(crucible_result::Finding::new(
+            "timing-rechecked",
+            crucible_result::Severity::Info,
+            "measured again",
+        ));
+        let row = row(&result, Kind::Correct, &seen, true);
+        let [back_to_back, synced] = row.claim_over_witness;
+        assert!((back_to_back.expect("timed") - 2.0).abs() < 1e-9);
+        assert!((synced.expect("timed") - 0.30 / 0.36).abs() < 1e-9);
+        assert!(row.timing_rechecked);
+        assert_eq!(row.findings, ["Info timing-rechecked: measured again"]);
     }
 
     /// With a GPU gate, compiling is the trials' time without a share and without waiting for

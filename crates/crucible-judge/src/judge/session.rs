@@ -25,7 +25,9 @@ use crate::protocol::{
     NOTE_COMPILING, PrepareReply, ProfileReply, RefereeRequest, RunReply, TimeDeliverReply,
     TimeReferenceReply, TimeReply, TimedLoop, resumed,
 };
-use crate::timing::{TimingEvidence, batch_count, timing_findings};
+use crate::timing::{
+    TimingEvidence, batch_count, claimed_median_ms, contradicted_witnesses, timing_findings,
+};
 
 /// Profiled forwards per evaluation; the busy-time witness keeps the least.
 const PROFILED_FORWARDS: u32 = 3;
@@ -39,6 +41,11 @@ const OUTSIDE_BATCH_TARGET_MS: f64 = 20.0;
 /// tiny softmax of 8 came out at 0.82 and was rejected (one H200 run, 2026-12-04), so it stays at
 /// the length its bounds were measured with.
 const SYNCED_BATCH_TARGET_MS: f64 = 30.0;
+/// How many more times the outside witnesses are measured where a first measurement
+/// contradicts the claim ([`Session::recheck_witnesses`]). On an H200 serving four evaluations
+/// at once, one honest matmul's claim came out at 0.838 of its synchronized witness (bound 0.85;
+/// 2026-12-04), while the machine's CPU was at least 90% busy for 12% of the batch.
+const WITNESS_RECHECKS: u32 = 2;
 
 /// Runs every stage after the static verifier. Timing and profile land in `eval` as they are
 /// measured, so a later stage's failure keeps them.
@@ -175,8 +182,47 @@ struct TimedPhase {
     outside: Option<(f64, u32)>,
     /// The synchronized witness: ms per forward followed by a device synchronize.
     synced: Option<f64>,
+    /// The timed phase's wall time per iteration (ms), which sizes the witnesses' batches.
+    iteration_ms: f64,
     payload: String,
     delivered_problem: Option<String>,
+}
+
+impl TimedPhase {
+    /// What the judge knows against the claim, with the profiled busy time.
+    fn evidence<'a>(
+        &'a self,
+        profiled_busy_ms: Option<f64>,
+        device_name: &'a str,
+    ) -> TimingEvidence<'a> {
+        TimingEvidence {
+            candidate: &self.claimed_ms,
+            candidate_phase_s: self.phase_wall_s,
+            profiled_busy_ms,
+            outside_forward_ms: self.outside.map(|(ms, _)| ms),
+            synced_forward_ms: self.synced,
+            io_bytes: self.reference.io_bytes,
+            device_name,
+        }
+    }
+}
+
+/// The least busy time of the profiled forwards (ms): the busy-time witness.
+fn least_busy_ms(profiled: &ProfileReply) -> Option<f64> {
+    profiled
+        .busy_us
+        .iter()
+        .copied()
+        .reduce(f64::min)
+        .map(|us| us / 1e3)
+}
+
+/// The lesser of two measurements of one witness (its ms first), either possibly missing.
+fn least_by_ms<T>(a: Option<(f64, T)>, b: Option<(f64, T)>) -> Option<(f64, T)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Session {
@@ -274,9 +320,11 @@ impl Session {
             // Ahead of other evaluations' CPU work too (compiles, start-ups): a timed sample
             // spans the forward's launch path. Given back before the lock.
             let _priority = TimedPriority::raise(&self.workers, timing_cfg.nice);
-            let phase = self.timing(eval, timed, references, staged)?;
+            let mut phase = self.timing(eval, timed, references, staged)?;
             let profiled = self.profile(eval, &phase)?;
-            self.check_timing(eval, &timing_cfg, &phase, &profiled)?;
+            let profiled_busy_ms = least_busy_ms(&profiled);
+            self.recheck_witnesses(eval, &mut phase, profiled_busy_ms)?;
+            self.check_timing(eval, &timing_cfg, &phase, profiled_busy_ms)?;
             phase
         };
         // The referee's comparison of the timed output times nothing.
@@ -605,6 +653,7 @@ impl Session {
                 phase_wall_s,
                 outside,
                 synced: synced.map(|(ms, _)| ms),
+                iteration_ms,
                 payload,
                 delivered_problem: delivered.problem,
             })
@@ -690,29 +739,75 @@ impl Session {
         Ok(profiled)
     }
 
+    /// Where the claimed median falls below a witness timed from outside, that witness is
+    /// measured again (at most [`WITNESS_RECHECKS`] more times, still under the exclusive lock)
+    /// and keeps its least: host noise only ever adds to it (a burst of other evaluations'
+    /// compiles can hold every batch of one measurement), so another measurement can only
+    /// bring it nearer the cost it bounds, and a claim that is really below that cost stays
+    /// below it. The `timing-rechecked` finding gives the figures either way.
+    fn recheck_witnesses(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        phase: &mut TimedPhase,
+        profiled_busy_ms: Option<f64>,
+    ) -> Result<(), Stop> {
+        let device_name = eval.env.device_name.clone().unwrap_or_default();
+        // Only where every contradiction is an outside witness's: the busy time is GPU time,
+        // which no measurement of these changes.
+        let outside_contradicted = |phase: &TimedPhase| {
+            let found = contradicted_witnesses(&phase.evidence(profiled_busy_ms, &device_name));
+            !found.is_empty() && found.iter().all(|c| c.witness.outside())
+        };
+        if !outside_contradicted(phase) {
+            return Ok(());
+        }
+        let first = (phase.outside.map(|(ms, _)| ms), phase.synced);
+        let limit = eval.cfg.limits.timing;
+        let candidate = &mut self.workers.candidate;
+        let rounds = eval.stage("timing-recheck", |_| {
+            let mut rounds = 0;
+            while rounds < WITNESS_RECHECKS && outside_contradicted(phase) {
+                rounds += 1;
+                let outside = outside_forward(candidate, limit, phase.iteration_ms, false)?;
+                let synced = outside_forward(candidate, limit, phase.iteration_ms, true)?;
+                phase.outside = least_by_ms(phase.outside, outside);
+                let synced = synced.map(|(ms, _)| (ms, ()));
+                phase.synced =
+                    least_by_ms(phase.synced.map(|ms| (ms, ())), synced).map(|(ms, ())| ms);
+            }
+            Ok(rounds)
+        })?;
+        let ms =
+            |witness: Option<f64>| witness.map_or("none".to_string(), |ms| format!("{ms:.4} ms"));
+        eval.findings.push(Finding::new(
+            "timing-rechecked",
+            Severity::Info,
+            format!(
+                "the claimed median ({:.4} ms) was below a bound of the witnesses timed from \
+                 outside (back to back {}, synchronized {}), which were measured again {rounds} \
+                 time(s) and keep their least: back to back {}, synchronized {}",
+                claimed_median_ms(&phase.evidence(profiled_busy_ms, &device_name)),
+                ms(first.0),
+                ms(first.1),
+                ms(phase.outside.map(|(ms, _)| ms)),
+                ms(phase.synced),
+            ),
+        ));
+        Ok(())
+    }
+
     /// The candidate's claims against the witnesses (`timing.rs`), and the timing record.
     fn check_timing(
         &mut self,
         eval: &mut Evaluation<'_>,
         timing_cfg: &TimingConfig,
         phase: &TimedPhase,
-        profiled: &ProfileReply,
+        profiled_busy_ms: Option<f64>,
     ) -> Result<(), Stop> {
-        let profiled_busy_ms = profiled
-            .busy_us
-            .iter()
-            .copied()
-            .reduce(f64::min)
-            .map(|us| us / 1e3);
-        eval.findings.extend(timing_findings(&TimingEvidence {
-            candidate: &phase.claimed_ms,
-            candidate_phase_s: phase.phase_wall_s,
-            profiled_busy_ms,
-            outside_forward_ms: phase.outside.map(|(ms, _)| ms),
-            synced_forward_ms: phase.synced,
-            io_bytes: phase.reference.io_bytes,
-            device_name: eval.env.device_name.as_deref().unwrap_or(""),
-        }));
+        let device_name = eval.env.device_name.clone().unwrap_or_default();
+        eval.findings.extend(timing_findings(
+            &phase.evidence(profiled_busy_ms, &device_name),
+        ));
         let (Some(reference), Some(candidate)) = (
             Stats::from_samples(&phase.reference.samples_ms),
             Stats::from_samples(&phase.claimed_ms),
@@ -1036,5 +1131,21 @@ mod tests {
         assert!(!timings(false, None).all_cached());
         assert!(!timings(true, Some(false)).all_cached());
         assert!(!timings(false, Some(true)).all_cached());
+    }
+
+    /// A witness measured again keeps its least; a measurement that failed keeps the other.
+    #[test]
+    fn a_witness_measured_again_keeps_its_least() {
+        assert_eq!(
+            least_by_ms(Some((0.36, 83)), Some((0.31, 83))),
+            Some((0.31, 83))
+        );
+        assert_eq!(
+            least_by_ms(Some((0.31, 83)), Some((0.36, 83))),
+            Some((0.31, 83))
+        );
+        assert_eq!(least_by_ms(None, Some((0.36, 83))), Some((0.36, 83)));
+        assert_eq!(least_by_ms(Some((0.36, 83)), None), Some((0.36, 83)));
+        assert_eq!(least_by_ms::<()>(None, None), None);
     }
 }
