@@ -44,7 +44,9 @@ const SYNCED_BATCH_TARGET_MS: f64 = 30.0;
 /// How many more times the outside witnesses are measured where a first measurement
 /// contradicts the claim ([`Session::recheck_witnesses`]). On an H200 serving four evaluations
 /// at once, one honest matmul's claim came out at 0.838 of its synchronized witness (bound 0.85;
-/// 2026-12-04), while the machine's CPU was at least 90% busy for 12% of the batch.
+/// 2026-12-04): all three of that witness's batches had come out high, not the claim low (its
+/// claim over the back-to-back witness was as usual). Plain CPU load is not the cause: beside
+/// 16 busy CPU burners honest claims came out higher against this witness than on an idle host.
 const WITNESS_RECHECKS: u32 = 2;
 
 /// Runs every stage after the static verifier. Timing and profile land in `eval` as they are
@@ -741,10 +743,9 @@ impl Session {
 
     /// Where the claimed median falls below a witness timed from outside, that witness is
     /// measured again (at most [`WITNESS_RECHECKS`] more times, still under the exclusive lock)
-    /// and keeps its least: host noise only ever adds to it (a burst of other evaluations'
-    /// compiles can hold every batch of one measurement), so another measurement can only
-    /// bring it nearer the cost it bounds, and a claim that is really below that cost stays
-    /// below it. The `timing-rechecked` finding gives the figures either way.
+    /// and keeps its least: host noise only ever adds to it (every batch of one measurement can
+    /// come out high, [`WITNESS_RECHECKS`]), so another measurement can only bring it nearer
+    /// the cost it bounds, and a claim that is really below that cost stays below it. The `timing-rechecked` finding gives the figures either way.
     fn recheck_witnesses(
         &mut self,
         eval: &mut Evaluation<'_>,
