@@ -182,8 +182,9 @@ struct TimedPhase {
     phase_wall_s: f64,
     /// The outside witness: ms per back-to-back forward, and forwards per batch.
     outside: Option<(f64, u32)>,
-    /// The synchronized witness: ms per forward followed by a device synchronize.
-    synced: Option<f64>,
+    /// The synchronized witness: ms per forward followed by a device synchronize, and forwards
+    /// per batch.
+    synced: Option<(f64, u32)>,
     /// The timed phase's wall time per iteration (ms), which sizes the witnesses' batches.
     iteration_ms: f64,
     payload: String,
@@ -202,7 +203,7 @@ impl TimedPhase {
             candidate_phase_s: self.phase_wall_s,
             profiled_busy_ms,
             outside_forward_ms: self.outside.map(|(ms, _)| ms),
-            synced_forward_ms: self.synced,
+            synced_forward_ms: self.synced.map(|(ms, _)| ms),
             io_bytes: self.reference.io_bytes,
             device_name,
         }
@@ -219,8 +220,9 @@ fn least_busy_ms(profiled: &ProfileReply) -> Option<f64> {
         .map(|us| us / 1e3)
 }
 
-/// The lesser of two measurements of one witness (its ms first), either possibly missing.
-fn least_by_ms<T>(a: Option<(f64, T)>, b: Option<(f64, T)>) -> Option<(f64, T)> {
+/// The lesser of two measurements of one witness (ms, forwards per batch), either possibly
+/// missing.
+fn least_by_ms(a: Option<(f64, u32)>, b: Option<(f64, u32)>) -> Option<(f64, u32)> {
     match (a, b) {
         (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
         (a, b) => a.or(b),
@@ -654,7 +656,7 @@ impl Session {
                 claimed_ms: claimed.samples_ms,
                 phase_wall_s,
                 outside,
-                synced: synced.map(|(ms, _)| ms),
+                synced,
                 iteration_ms,
                 payload,
                 delivered_problem: delivered.problem,
@@ -744,8 +746,9 @@ impl Session {
     /// Where the claimed median falls below a witness timed from outside, that witness is
     /// measured again (at most [`WITNESS_RECHECKS`] more times, still under the exclusive lock)
     /// and keeps its least: host noise only ever adds to it (every batch of one measurement can
-    /// come out high, [`WITNESS_RECHECKS`]), so another measurement can only bring it nearer
-    /// the cost it bounds, and a claim that is really below that cost stays below it. The `timing-rechecked` finding gives the figures either way.
+    /// come out high), so another measurement can only bring it nearer the cost it bounds, and
+    /// a claim that is really below that cost stays below it. The `timing-rechecked` finding
+    /// gives the figures either way.
     fn recheck_witnesses(
         &mut self,
         eval: &mut Evaluation<'_>,
@@ -762,7 +765,8 @@ impl Session {
         if !outside_contradicted(phase) {
             return Ok(());
         }
-        let first = (phase.outside.map(|(ms, _)| ms), phase.synced);
+        let first = (phase.outside, phase.synced);
+        let claimed_ms = claimed_median_ms(&phase.evidence(profiled_busy_ms, &device_name));
         let limit = eval.cfg.limits.timing;
         let candidate = &mut self.workers.candidate;
         let rounds = eval.stage("timing-recheck", |_| {
@@ -772,14 +776,13 @@ impl Session {
                 let outside = outside_forward(candidate, limit, phase.iteration_ms, false)?;
                 let synced = outside_forward(candidate, limit, phase.iteration_ms, true)?;
                 phase.outside = least_by_ms(phase.outside, outside);
-                let synced = synced.map(|(ms, _)| (ms, ()));
-                phase.synced =
-                    least_by_ms(phase.synced.map(|ms| (ms, ())), synced).map(|(ms, ())| ms);
+                phase.synced = least_by_ms(phase.synced, synced);
             }
             Ok(rounds)
         })?;
-        let ms =
-            |witness: Option<f64>| witness.map_or("none".to_string(), |ms| format!("{ms:.4} ms"));
+        let ms = |witness: Option<(f64, u32)>| {
+            witness.map_or("none".to_string(), |(ms, _)| format!("{ms:.4} ms"))
+        };
         eval.findings.push(Finding::new(
             "timing-rechecked",
             Severity::Info,
@@ -787,10 +790,10 @@ impl Session {
                 "the claimed median ({:.4} ms) was below a bound of the witnesses timed from \
                  outside (back to back {}, synchronized {}), which were measured again {rounds} \
                  time(s) and keep their least: back to back {}, synchronized {}",
-                claimed_median_ms(&phase.evidence(profiled_busy_ms, &device_name)),
+                claimed_ms,
                 ms(first.0),
                 ms(first.1),
-                ms(phase.outside.map(|(ms, _)| ms)),
+                ms(phase.outside),
                 ms(phase.synced),
             ),
         ));
@@ -805,10 +808,9 @@ impl Session {
         phase: &TimedPhase,
         profiled_busy_ms: Option<f64>,
     ) -> Result<(), Stop> {
-        let device_name = eval.env.device_name.clone().unwrap_or_default();
-        eval.findings.extend(timing_findings(
-            &phase.evidence(profiled_busy_ms, &device_name),
-        ));
+        let device_name = eval.env.device_name.as_deref().unwrap_or("");
+        let findings = timing_findings(&phase.evidence(profiled_busy_ms, device_name));
+        eval.findings.extend(findings);
         let (Some(reference), Some(candidate)) = (
             Stats::from_samples(&phase.reference.samples_ms),
             Stats::from_samples(&phase.claimed_ms),
@@ -827,7 +829,7 @@ impl Session {
             profiled_busy_ms,
             outside_forward_ms: phase.outside.map(|(ms, _)| ms),
             outside_batch_forwards: phase.outside.map(|(_, count)| count),
-            synced_forward_ms: phase.synced,
+            synced_forward_ms: phase.synced.map(|(ms, _)| ms),
             reference_matched: phase
                 .matched
                 .as_ref()
@@ -1147,6 +1149,6 @@ mod tests {
         );
         assert_eq!(least_by_ms(None, Some((0.36, 83))), Some((0.36, 83)));
         assert_eq!(least_by_ms(Some((0.36, 83)), None), Some((0.36, 83)));
-        assert_eq!(least_by_ms::<()>(None, None), None);
+        assert_eq!(least_by_ms(None, None), None);
     }
 }
