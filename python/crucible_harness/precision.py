@@ -28,6 +28,7 @@ its operands the same way, whatever accumulation error it adds; 0 when unrelated
 import contextlib
 import copy
 import math
+import threading
 import time
 
 from crucible_harness import common, fused_stats
@@ -37,6 +38,8 @@ from crucible_harness import common, fused_stats
 OPERAND_ROUNDINGS = (("rn10", 10, "nearest", True), ("rz10", 10, "truncate", False), ("rn7", 7, "nearest", True))
 # Output-only roundings of the float64 reference (no forward): (name, bits).
 OUTPUT_ROUNDINGS = (("out10", 10), ("out7", 7))
+# The float64 forwards of one measurement: the reference's, then one per operand rounding.
+FORWARDS = 1 + len(OPERAND_ROUNDINGS)
 
 # Statistics are accumulated over flat slices of this many elements, so that a 1.6e9-element
 # output needs no full-size float64 temporaries beyond the ones the forward itself makes.
@@ -277,19 +280,21 @@ def fingerprint_from(fetched):
     return out
 
 
-def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
+def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None, ahead=None):
     """The precision measurement of one trial: `(outputs, errors)`.
 
     `inputs` are the trial's pristine inputs, `expected` the reference's outputs (as the task
-    runs, at its own precision), `got` the candidate's. `errors` holds each floating-point
-    output's relative RMS error against float64, the candidate's and the reference's: the judge
-    reads it also when the rest cannot be measured, so `Unmeasured` carries the errors computed
-    before it was raised. Raises `Unmeasured` with the reason when the measurement cannot be
-    made; every other exception is the caller's to turn into one too.
+    runs, at its own precision), `got` the candidate's; `ahead`, where given, the float64
+    forwards on those inputs already computed (`precompute`), which are then not run again.
+    `errors` holds each floating-point output's relative RMS error against float64, the
+    candidate's and the reference's: the judge reads it also when the rest cannot be measured,
+    so `Unmeasured` carries the errors computed before it was raised. Raises `Unmeasured` with
+    the reason when the measurement cannot be made; every other exception is the caller's to
+    turn into one too.
     """
     errors = []
     try:
-        return measure_all(torch, model, inputs, expected, got, budget_s, sync, errors)
+        return measure_all(torch, model, inputs, expected, got, budget_s, sync, errors, ahead)
     except torch.OutOfMemoryError as exc:
         unmeasured = Unmeasured(f"the device ran out of memory: {str(exc).splitlines()[0]}")
         unmeasured.out_of_memory = True
@@ -300,21 +305,21 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None):
         raise
 
 
-def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
+def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors, ahead=None):
     """`measure`, appending to `errors` as they are known."""
     started = time.perf_counter()
-    outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, sync)
-    elapsed = time.perf_counter() - started
-    # Each operand rounding costs about one more float64 forward.
-    forwards = len(OPERAND_ROUNDINGS)
-    if elapsed * (1 + forwards) > budget_s:
+    ref64 = None if ahead is None else ahead.ref64
+    outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, sync, ref64)
+    elapsed = time.perf_counter() - started if ahead is None else ahead.elapsed_s
+    if over_budget(elapsed, budget_s):
         raise Unmeasured(
-            f"the float64 reference took {elapsed:.1f} s; with its {forwards} emulations the "
-            f"measurement would exceed its {budget_s:.0f} s budget"
+            f"the float64 reference took {elapsed:.1f} s; with its {len(OPERAND_ROUNDINGS)} "
+            f"emulations the measurement would exceed its {budget_s:.0f} s budget"
         )
     # Every emulation's numbers stay on the device until all are computed: one fetch in all.
     pending = []
-    for source, derived in emulation_sources(torch, model, inputs, ref64):
+    rounded = None if ahead is None else ahead.rounded
+    for source, derived in emulation_sources(torch, model, inputs, ref64, rounded):
         for out in outputs:
             j = out["index"]
             sums = emulation_sums(torch, ref64[j], got[j], expected[j], source[j], derived)
@@ -333,14 +338,22 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors):
     return outputs, errors
 
 
-def float64_errors(torch, model, inputs, expected, got, errors, sync):
-    """The float64 reference and each floating-point output's errors against it (appended to
-    `errors` as they are known, so that they outlive an `Unmeasured` raised here)."""
+def over_budget(elapsed_s, budget_s):
+    """Whether a measurement whose float64 reference took `elapsed_s` would exceed `budget_s`:
+    each operand rounding costs about one more float64 forward."""
+    return elapsed_s * FORWARDS > budget_s
+
+
+def float64_errors(torch, model, inputs, expected, got, errors, sync, ref64=None):
+    """The float64 reference (computed here unless given) and each floating-point output's
+    errors against it (appended to `errors` as they are known, so that they outlive an
+    `Unmeasured` raised here)."""
     floating = [j for j, e in enumerate(expected) if e.is_floating_point()]
     if not floating:
         raise Unmeasured("the task has no floating-point output")
-    ref64 = run_float64(torch, model, inputs)
-    sync()
+    if ref64 is None:
+        ref64 = run_float64(torch, model, inputs)
+        sync()
     if len(ref64) != len(expected):
         raise Unmeasured(f"the float64 reference returned {len(ref64)} outputs, the reference {len(expected)}")
     outputs = []
@@ -377,14 +390,15 @@ def round_output(torch, value, bits):
     return round_mantissa(torch, value, bits, "nearest").to(torch.float64)
 
 
-def emulation_sources(torch, model, inputs, ref64):
+def emulation_sources(torch, model, inputs, ref64, rounded=None):
     """Yields `(outputs, emulations)`: the outputs of one float64 computation (the float64
-    reference itself, then one forward per operand rounding) and the emulations derived from
-    them, each `(name, bits)`: those outputs (`bits` None) or those outputs rounded to `bits`.
-    In `emulations`' order; a yielded list is valid until the next one is asked for."""
+    reference itself, then one forward per operand rounding, taken out of `rounded` where it
+    holds them by name) and the emulations derived from them, each `(name, bits)`: those
+    outputs (`bits` None) or those outputs rounded to `bits`. In `emulations`' order; a
+    yielded list is valid until the next one is asked for."""
     yield ref64, list(OUTPUT_ROUNDINGS)
     for name, bits, mode, with_output in OPERAND_ROUNDINGS:
-        outputs = run_float64(torch, model, inputs, bits, mode)
+        outputs = rounded.pop(name) if rounded is not None else run_float64(torch, model, inputs, bits, mode)
         yield outputs, [(name, None)] + ([(f"{name}+out", bits)] if with_output else [])
         del outputs
 
@@ -395,6 +409,62 @@ def emulations(torch, model, inputs, ref64):
     for outputs, derived in emulation_sources(torch, model, inputs, ref64):
         for name, bits in derived:
             yield name, outputs if bits is None else [round_output(torch, o, bits) for o in outputs]
+
+
+class Precomputed:
+    """A measurement's float64 forwards, computed before the candidate's outputs exist: the
+    float64 reference (`ref64`), the seconds it took with its wait for the device
+    (`elapsed_s`, which the budget is judged by), and each operand rounding's outputs by name
+    (`rounded`; None where the reference alone already exceeded the budget)."""
+
+    def __init__(self, ref64, elapsed_s, rounded):
+        self.ref64 = ref64
+        self.elapsed_s = elapsed_s
+        self.rounded = rounded
+
+
+def precompute(torch, model, inputs, budget_s, sync):
+    """Every float64 forward `measure` runs on `inputs`, in its order: none of them depends on
+    the candidate's outputs."""
+    started = time.perf_counter()
+    ref64 = run_float64(torch, model, inputs)
+    sync()
+    elapsed = time.perf_counter() - started
+    if over_budget(elapsed, budget_s):
+        return Precomputed(ref64, elapsed, None)
+    rounded = {name: run_float64(torch, model, inputs, bits, mode) for name, bits, mode, _ in OPERAND_ROUNDINGS}
+    sync()
+    return Precomputed(ref64, elapsed, rounded)
+
+
+class Ahead:
+    """`precompute` on a thread of the referee, begun while the candidate's process compiles
+    and runs the trial to be measured, when the referee has nothing else to do. `wait` gives
+    the `Precomputed`, or None where it failed (out of memory, an op without float64):
+    `measure` then runs the forwards itself and reports what stops them as it always did."""
+
+    def __init__(self, torch, trial, model, inputs, budget_s, sync):
+        self.trial = trial
+        self.seconds = 0.0
+        self.error = None
+        self._result = None
+        self._thread = threading.Thread(
+            target=self._run, args=(torch, model, inputs, budget_s, sync), name="precision-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, torch, model, inputs, budget_s, sync):
+        started = time.perf_counter()
+        try:
+            self._result = precompute(torch, model, inputs, budget_s, sync)
+        except Exception as exc:  # `measure` meets it again and reports it
+            self.error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        self.seconds = time.perf_counter() - started
+
+    def wait(self):
+        """Blocks until the forwards are done; their `Precomputed`, or None."""
+        self._thread.join()
+        return self._result
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ class Referee:
         self.trials = {}  # trial index -> (inputs, pristine inputs, expected, shared descriptors)
         self.kept = None  # the candidate's outputs of the first trial, for the repeat check
         self.precision_trial = None  # (pristine inputs, expected, candidate outputs), for `measure_precision`
+        self.ahead = None  # the precision measurement's float64 forwards, begun by `start_precision`
 
     def init(self, msg):
         torch = self.torch
@@ -150,6 +151,8 @@ class Referee:
             self.kept = snapshot
         if msg.get("precision") and not problems:
             self.precision_trial = (pristine, expected, snapshot)
+        if self.ahead is not None and self.ahead.trial == index and (problems or not msg.get("precision")):
+            self.ahead = None  # this trial will not be measured: its float64 copies go now
         if msg.get("against_kept") and self.kept is not None:
             for j, (first, again) in enumerate(zip(self.kept, snapshot, strict=True)):
                 atol, rtol = common.tolerance_for(torch, self.tolerance, first)
@@ -281,6 +284,44 @@ class Referee:
             self.module, self.model = saved
             self.generalized = None
 
+    def start_precision(self, msg):
+        """Begins the float64 forwards of the precision measurement of `trial` (its pristine
+        inputs) on a thread, while the candidate's process compiles and runs it: none of them
+        needs the candidate's outputs. Only where their copies fit `max_bytes`, since they are
+        held until the measurement, through the later trials. The judge holds a share of the
+        device until `await_precision` returns, so this work never overlaps a timed phase."""
+        self.settle()
+        torch = self.torch
+        _inputs, pristine, expected, _shared, _slots = self.trials[msg["trial"]]
+        elements = sum(e.numel() for e in expected if e.is_floating_point())
+        held_bytes = elements * torch.finfo(torch.float64).bits // 8 * precision.FORWARDS
+        if elements == 0 or held_bytes > msg["max_bytes"]:
+            return {"started": False, "held_bytes": held_bytes}
+
+        def sync():
+            common.sync(torch, self.device)
+
+        self.ahead = precision.Ahead(torch, msg["trial"], self.model, pristine, msg["budget_s"], sync)
+        return {"started": True, "held_bytes": held_bytes}
+
+    def await_precision(self, _msg):
+        """Waits for the forwards `start_precision` began: after this, the referee does nothing
+        on the device until the judge asks again."""
+        ahead = self.ahead
+        if ahead is None:
+            return {"precomputed": False, "seconds": 0.0, "error": None}
+        precomputed = ahead.wait() is not None
+        if not precomputed:
+            self.ahead = None
+            if self.device.startswith("cuda"):
+                self.torch.cuda.empty_cache()
+        return {"precomputed": precomputed, "seconds": ahead.seconds, "error": ahead.error}
+
+    def settle(self):
+        """Waits for any work begun on a thread, so that a request never overlaps it."""
+        if self.ahead is not None:
+            self.ahead.wait()
+
     def time_reference(self, msg):
         torch = self.torch
         inputs = self.draw_inputs(msg["seed"])
@@ -304,6 +345,8 @@ class Referee:
         judge asks again after a pause, then retries the evaluation alone."""
         torch = self.torch
         kept, self.precision_trial = self.precision_trial, None
+        ahead, self.ahead = self.ahead, None
+        ahead = None if ahead is None else ahead.wait()
         if kept is None:
             return {"outputs": None, "unmeasured": "no passing trial was kept for the measurement", "errors": []}
         inputs, expected, got = kept
@@ -314,7 +357,7 @@ class Referee:
             common.sync(torch, self.device)
 
         try:
-            outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync)
+            outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync, ahead)
             return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
         except precision.Unmeasured as exc:
             if exc.out_of_memory:
@@ -330,7 +373,7 @@ class Referee:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
             return {"outputs": None, "unmeasured": why, "errors": [], "out_of_memory": False}
         finally:
-            del inputs, expected, got
+            del inputs, expected, got, ahead
             if cuda:
                 torch.cuda.empty_cache()
 
@@ -450,7 +493,20 @@ def main():
         "prepare_generalized": referee.prepare_generalized,
         "measure_precision": referee.measure_precision,
     }
+    # Whatever the judge asks, work begun on a thread is over first (`await_precision` is how
+    # it asks for only that).
+    handlers = {op: settled(referee, handler) for op, handler in handlers.items()}
+    handlers["start_precision"] = referee.start_precision
+    handlers["await_precision"] = referee.await_precision
     common.serve(chan, handlers, failure, "referee")
+
+
+def settled(referee, handler):
+    def handle(msg):
+        referee.settle()
+        return handler(msg)
+
+    return handle
 
 
 if __name__ == "__main__":

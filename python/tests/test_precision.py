@@ -137,6 +137,54 @@ def test_a_whole_measurement_fetches_twice_and_matches_the_measures_one_by_one(m
     assert measured["rn10"][1]["coefficient"] == pytest.approx(1.0, abs=0.05)
 
 
+def _matmul_trial():
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(64, 96, generator=g), torch.randn(96, 48, generator=g)]
+    model = _Matmul()
+    got = [precision.round_mantissa(torch, inputs[0], 7, "nearest") @ inputs[1]]
+    return model, inputs, [model(*inputs)], got
+
+
+def test_forwards_computed_ahead_measure_the_same_numbers_without_running_again(monkeypatch):
+    """`precompute` runs every float64 forward `measure` would, in its order; `measure` given
+    them runs none and returns the same numbers, and still fetches twice."""
+    model, inputs, expected, got = _matmul_trial()
+    alone = precision.measure(torch, model, inputs, expected, got, budget_s=60)
+    ahead = precision.Ahead(torch, "trial_0", model, inputs, 60, lambda: None).wait()
+    assert ahead is not None and sorted(ahead.rounded) == ["rn10", "rn7", "rz10"]
+    forwards = []
+    monkeypatch.setattr(precision, "run_float64", lambda *args: forwards.append(args))
+    fetches = no_per_value_transfers(monkeypatch)
+    assert precision.measure(torch, model, inputs, expected, got, budget_s=60, ahead=ahead) == alone
+    assert forwards == []
+    assert len(fetches) == 2, fetches
+    assert ahead.rounded == {}  # handed over one forward at a time, as measured
+
+
+def test_forwards_ahead_past_the_budget_leave_it_unmeasured_with_the_errors():
+    model, inputs, expected, got = _matmul_trial()
+    ahead = precision.precompute(torch, model, inputs, 0.0, lambda: None)
+    assert ahead.rounded is None  # the reference alone exceeded it: no emulation was run
+    with pytest.raises(precision.Unmeasured, match="would exceed its 0 s budget") as raised:
+        precision.measure(torch, model, inputs, expected, got, budget_s=0.0, ahead=ahead)
+    assert [e["index"] for e in raised.value.errors] == [0]
+
+
+class _NoFloat64(torch.nn.Module):
+    def forward(self, x):
+        if x.dtype == torch.float64:
+            raise RuntimeError("no float64 here\nsecond line")
+        return x * 2
+
+
+def test_forwards_ahead_that_fail_give_none_and_say_why():
+    """`measure` then runs them itself and reports the failure as it always did."""
+    ahead = precision.Ahead(torch, "trial_0", _NoFloat64(), [torch.ones(4)], 60, lambda: None)
+    assert ahead.wait() is None
+    assert ahead.error == "RuntimeError: no float64 here"
+    assert ahead.seconds >= 0.0
+
+
 @pytest.mark.parametrize(("bits", "mode"), [(10, "nearest"), (10, "truncate"), (7, "nearest")])
 def test_operands_rounded_slice_by_slice_are_rounded_as_a_whole(monkeypatch, bits, mode):
     g = torch.Generator().manual_seed(5)

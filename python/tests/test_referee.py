@@ -134,3 +134,60 @@ def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):
         checked = ref.check({"trial": trial, "keep": trial == 0, "against_kept": trial == 1})
     assert len(checked["repeat_problems"]) == 1
     assert checked["repeat_problems"][0].startswith("output 0, second run vs first: ")
+
+
+def _kept_trial_measured(ref, ahead, monkeypatch):
+    """Trial 0 run by writing its slot (relu with a small error), checked as the kept trial,
+    then measured; with `ahead`, its forwards begun before the slot is written and awaited
+    before the check, as the judge does. The reply and the forwards the measurement ran."""
+    from crucible_harness import precision
+
+    _desc, inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    if ahead:
+        began = ref.start_precision({"trial": "trial_0", "max_bytes": 1 << 20, "budget_s": 60})
+        assert began == {"started": True, "held_bytes": 6 * 16 * 8 * precision.FORWARDS}
+    slots[0].copy_(torch.relu(inputs[0]) * (1 + 1e-6))
+    if ahead:
+        waited = ref.await_precision({})
+        assert waited["precomputed"] and waited["error"] is None, waited
+    assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"] == []
+    forwards = []
+    run_float64 = precision.run_float64
+    monkeypatch.setattr(precision, "run_float64", lambda *a: forwards.append(a) or run_float64(*a))
+    measured = ref.measure_precision({"budget_s": 60})
+    monkeypatch.setattr(precision, "run_float64", run_float64)
+    return measured, len(forwards)
+
+
+def test_precision_forwards_begun_ahead_give_the_same_measurement(tmp_path, relu_task, monkeypatch):
+    """The kept trial's float64 forwards run while the candidate runs it; the measurement then
+    runs none of them and replies exactly what it replies having run all four itself."""
+    replies = []
+    for ahead in (False, True):
+        (tmp_path / str(ahead)).mkdir()
+        ref = started_referee(torch, tmp_path / str(ahead), relu_task, init_seed=11)
+        replies.append(_kept_trial_measured(ref, ahead, monkeypatch))
+    (alone, forwards_alone), (measured, forwards_ahead) = replies
+    assert (forwards_alone, forwards_ahead) == (4, 0)
+    assert alone["unmeasured"] is None and alone["outputs"][0]["candidate"]["rel_rms"] > 0
+    assert measured == alone
+
+
+def test_precision_forwards_begin_only_where_their_copies_fit(ref):
+    held = 6 * 16 * 8 * 4  # four float64 copies of the 6 x 16 output
+    ref.prepare({"trial": "trial_0", "seed": 3})
+    assert ref.start_precision({"trial": "trial_0", "max_bytes": held - 1, "budget_s": 60}) == {
+        "started": False,
+        "held_bytes": held,
+    }
+    assert ref.await_precision({}) == {"precomputed": False, "seconds": 0.0, "error": None}
+    assert ref.start_precision({"trial": "trial_0", "max_bytes": held, "budget_s": 60})["started"]
+
+
+def test_a_failed_kept_trial_lets_its_precision_forwards_go(ref):
+    ref.prepare({"trial": "trial_0", "seed": 3})
+    ref.start_precision({"trial": "trial_0", "max_bytes": 1 << 20, "budget_s": 60})
+    ref.await_precision({})
+    assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"]  # NaN slots
+    assert ref.ahead is None
+    assert ref.measure_precision({"budget_s": 60})["unmeasured"] == "no passing trial was kept for the measurement"

@@ -395,6 +395,7 @@ pub(crate) fn from_reply(reply: MeasurePrecisionReply, trial: u32) -> Precision 
         reference_class: lowest(outputs.iter().map(|o| o.reference_class)),
         outputs,
         unmeasured: None,
+        forwards_ahead_s: None,
     }
 }
 

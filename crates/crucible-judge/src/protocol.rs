@@ -94,6 +94,17 @@ pub(crate) enum RefereeRequest {
         timed: TimedLoop,
         precision: Option<String>,
     },
+    /// Begin `measure_precision`'s float64 forwards on this trial's inputs on a thread of the
+    /// referee, where their copies fit `max_bytes`; the reply comes at once.
+    StartPrecision {
+        trial: TrialKey,
+        /// Bytes the float64 copies may hold until the measurement.
+        max_bytes: u64,
+        /// `measure_precision`'s budget, which the forwards are judged by.
+        budget_s: f64,
+    },
+    /// Wait until the forwards `start_precision` began are done.
+    AwaitPrecision,
     /// The candidate's and the reference's errors against a float64 copy of the reference, on
     /// the trial kept for it.
     MeasurePrecision {
@@ -230,6 +241,28 @@ pub(crate) struct PrepareReply {
     /// Bytes of the tensors the referee holds for the trial: the inputs, their pristine copy,
     /// the expected outputs and the output slots.
     pub tensor_bytes: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartPrecisionReply {
+    /// Whether the forwards began (not where their float64 copies would exceed `max_bytes`).
+    pub started: bool,
+    /// The bytes those copies hold.
+    pub held_bytes: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AwaitPrecisionReply {
+    /// Whether the forwards are ready for the measurement; where they failed, it runs them
+    /// again itself and reports the failure as it always did.
+    pub precomputed: bool,
+    /// Their wall time on the referee's thread.
+    pub seconds: f64,
+    /// Why they failed.
+    #[serde(deserialize_with = "present")]
+    pub error: Option<String>,
 }
 
 /// Error statistics of one output against the expected one.
@@ -581,6 +614,8 @@ pub fn document() -> Value {
                 ("prepare", schema(schema_for!(PrepareReply))),
                 ("check", schema(schema_for!(CheckReply))),
                 ("time_reference", schema(schema_for!(TimeReferenceReply))),
+                ("start_precision", schema(schema_for!(StartPrecisionReply))),
+                ("await_precision", schema(schema_for!(AwaitPrecisionReply))),
                 ("measure_precision", schema(schema_for!(MeasurePrecisionReply))),
                 ("generalize_plan", schema(schema_for!(GeneralizePlanReply))),
                 ("generalize", schema(schema_for!(GeneralizeReply))),

@@ -21,14 +21,22 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn judge(task: &Path, candidate: &Path) -> EvalResult {
-    let runtime = Runtime::discover().expect("the judge's Python runtime (run scripts/bootstrap)");
+    judge_with(task, candidate, &config())
+}
+
+fn config() -> EvalConfig {
     let mut cfg = EvalConfig::new(Device::Cpu);
     cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
     // In-kernel casts pass the static verifier; runtime behaviour is what is tested here.
     cfg.verify_policy = None;
+    cfg
+}
+
+fn judge_with(task: &Path, candidate: &Path, cfg: &EvalConfig) -> EvalResult {
+    let runtime = Runtime::discover().expect("the judge's Python runtime (run scripts/bootstrap)");
     let task_src = std::fs::read(task).expect("task file");
     let candidate_src = std::fs::read(candidate).expect("candidate file");
-    evaluate(&runtime, task, &task_src, candidate, &candidate_src, &cfg)
+    evaluate(&runtime, task, &task_src, candidate, &candidate_src, cfg)
 }
 
 fn matmul(candidate: &str) -> EvalResult {
@@ -67,6 +75,30 @@ fn fp16_operands_cast_inside_the_kernel_measure_as_fp16_and_are_flagged() {
     assert!(message.contains("class fp16"), "{message}");
     // No timing on the CPU: no speedup of either kind.
     assert!(result.speedup.is_none() && result.speedup_matched.is_none());
+}
+
+/// The float64 forwards run on the referee while the candidate runs trial 0, where their copies
+/// fit; where they do not (here a large-work size of a few bytes), the stage runs them itself,
+/// and the measurement is the same number for number (one seed: the same trial inputs).
+#[test]
+fn the_float64_forwards_run_ahead_where_their_copies_fit_and_measure_the_same() {
+    let (task, candidate) = (
+        repo("tasks/builtin/09_matmul.py"),
+        fixture("matmul_tf32_truncate.py"),
+    );
+    let mut cfg = config();
+    cfg.seed = Some(7);
+    let ahead = judge_with(&task, &candidate, &cfg);
+    cfg.large_work_bytes = 64;
+    let in_stage = judge_with(&task, &candidate, &cfg);
+    for result in [&ahead, &in_stage] {
+        assert_eq!(measured(result).0, Some(PrecisionClass::Tf32));
+    }
+    let (mut ahead, mut in_stage) = (ahead.precision.unwrap(), in_stage.precision.unwrap());
+    let seconds = ahead.forwards_ahead_s.take().expect("forwards run ahead");
+    assert!(seconds > 0.0, "{seconds}");
+    assert_eq!(in_stage.forwards_ahead_s.take(), None);
+    assert_eq!(ahead, in_stage);
 }
 
 #[test]

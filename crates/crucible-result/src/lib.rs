@@ -487,6 +487,11 @@ pub struct Precision {
     /// Why nothing was measured (never the candidate's fault, never an `infra_error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unmeasured: Option<String>,
+    /// Seconds the float64 forwards took on the referee while the candidate ran the measured
+    /// trial (they need none of its outputs); absent where this stage ran them (outputs too
+    /// large to hold that long, or the forwards failed ahead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwards_ahead_s: Option<f64>,
 }
 
 /// GPU time of one kernel (by exact name) in the profiled forward.

@@ -585,6 +585,9 @@ struct Row {
     claim_over_witness: [Option<f64>; 2],
     /// Its outside witnesses were measured again (`timing-rechecked`).
     timing_rechecked: bool,
+    /// Seconds its precision measurement's float64 forwards took on the referee during trial
+    /// 0, where they ran there (`precision.forwards_ahead_s`).
+    precision_ahead_s: Option<f64>,
 }
 
 /// The claimed median over each outside witness, `[back to back, synchronized]`.
@@ -1083,6 +1086,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         retried_alone: result.findings.iter().any(|f| f.code == "retried-alone"),
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
+        precision_ahead_s: result.precision.as_ref().and_then(|p| p.forwards_ahead_s),
         cpu_s: seen.cpu_s,
         start_cpu_s: seen.start_cpu_s,
         failure: result.failure.clone(),
@@ -1158,6 +1162,38 @@ impl Measured {
         // Also on the CPU with `--lock-file` (the lock's own behaviour, without a GPU).
         self.print_gpu_lock();
         self.print_witnesses();
+        self.print_precision_ahead();
+    }
+
+    /// How many precision measurements had their float64 forwards run during trial 0, and
+    /// what the stage still took for those.
+    fn print_precision_ahead(&self) {
+        let measured: Vec<&Row> = self
+            .rows
+            .iter()
+            .filter(|r| r.stages.contains_key("precision"))
+            .collect();
+        if measured.is_empty() {
+            return;
+        }
+        let ahead: Vec<f64> = measured
+            .iter()
+            .filter_map(|r| r.precision_ahead_s)
+            .collect();
+        let stage: Vec<f64> = measured
+            .iter()
+            .filter(|r| r.precision_ahead_s.is_some())
+            .filter_map(|r| r.stages.get("precision").copied())
+            .collect();
+        println!(
+            "  precision: float64 forwards run during trial 0 for {} of {} measurements ({:.3} s \
+             median there, {:.2} s in all); the stage itself then {:.3} s median",
+            ahead.len(),
+            measured.len(),
+            median(&ahead),
+            ahead.iter().sum::<f64>(),
+            median(&stage),
+        );
     }
 
     /// How near the timed claims came to the outside witnesses' bounds, and how many were
@@ -1432,6 +1468,7 @@ impl Measured {
                 "claim_over_back_to_back": row.claim_over_witness[0],
                 "claim_over_synced": row.claim_over_witness[1],
                 "timing_rechecked": row.timing_rechecked,
+                "precision_ahead_s": row.precision_ahead_s,
             });
             writeln!(file, "{line}")?;
         }

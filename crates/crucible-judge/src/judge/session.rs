@@ -20,10 +20,11 @@ use super::{
 };
 use crate::error::InfraError;
 use crate::precision;
+use crate::process::HarnessProcess;
 use crate::protocol::{
-    CandidateRequest, CheckReply, Done, InitReply, MeasurePrecisionReply, NOTE_COMPILED,
-    NOTE_COMPILING, PrepareReply, ProfileReply, RefereeRequest, RunReply, TimeDeliverReply,
-    TimeReferenceReply, TimeReply, TimedLoop, resumed,
+    AwaitPrecisionReply, CandidateRequest, CheckReply, Done, InitReply, MeasurePrecisionReply,
+    NOTE_COMPILED, NOTE_COMPILING, PrepareReply, ProfileReply, RefereeRequest, RunReply,
+    StartPrecisionReply, TimeDeliverReply, TimeReferenceReply, TimeReply, TimedLoop, resumed,
 };
 use crate::timing::{
     TimingEvidence, batch_count, claimed_median_ms, contradicted_witnesses, timing_findings,
@@ -86,6 +87,9 @@ struct Session {
     launches: Vec<Launch>,
     /// Runs that launched none of the candidate's own kernels.
     launch_free: Vec<String>,
+    /// Seconds the precision measurement's float64 forwards took on the referee's thread
+    /// during the kept trial, where they are ready for it.
+    precision_ahead_s: Option<f64>,
 }
 
 /// The pauses before the precision measurement is asked for again after running out of device
@@ -131,6 +135,58 @@ fn precision_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
 
 fn precision_work_is_large(output_elements: u64, large_work_bytes: u64) -> bool {
     output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT) >= large_work_bytes
+}
+
+/// The precision measurement's float64 copies computed ahead (during the kept trial) are held
+/// through the later trials, so only up to this fraction of the large-work size (about 1 GiB
+/// on an H200: a 4096 x 4096 output's four copies are 0.5 GiB; 23_Softmax's would be 51 GB).
+const PRECISION_AHEAD_FRACTION: u64 = 16;
+
+/// The seconds the precision measurement's float64 forwards may take; past them it is left
+/// unmeasured. Half the trial's limit, which leaves room for a forward that started just
+/// inside it.
+fn precision_budget_s(trial_limit: Duration) -> f64 {
+    trial_limit.as_secs_f64() / 2.0
+}
+
+/// Asks the referee to begin the precision measurement's float64 forwards on `trial`'s inputs
+/// while the candidate runs it (they do not need its outputs); whether they began.
+fn start_precision_ahead(
+    referee: &mut HarnessProcess,
+    eval: &Evaluation<'_>,
+    trial: &str,
+    limit: Duration,
+) -> Result<bool, Stop> {
+    let request = RefereeRequest::StartPrecision {
+        trial: trial.to_string(),
+        max_bytes: eval.cfg.large_work_bytes / PRECISION_AHEAD_FRACTION,
+        budget_s: precision_budget_s(limit),
+    };
+    let reply: StartPrecisionReply = referee_call(referee, &request, limit)?;
+    tracing::debug!(
+        "precision forwards ahead on {trial}: {} ({} bytes of float64 copies)",
+        if reply.started {
+            "begun"
+        } else {
+            "too large to hold"
+        },
+        reply.held_bytes
+    );
+    Ok(reply.started)
+}
+
+/// Waits for the forwards [`start_precision_ahead`] began; the seconds they took where they
+/// are ready for the measurement (where they failed, it runs them itself).
+fn await_precision_ahead(
+    referee: &mut HarnessProcess,
+    limit: Duration,
+) -> Result<Option<f64>, Stop> {
+    let reply: AwaitPrecisionReply =
+        referee_call(referee, &RefereeRequest::AwaitPrecision, limit * 2)?;
+    if let Some(error) = &reply.error {
+        tracing::debug!("the precision forwards begun ahead failed ({error})");
+    }
+    Ok(reply.precomputed.then_some(reply.seconds))
 }
 
 /// Whether a trial whose referee holds `tensor_bytes` (`PrepareReply::tensor_bytes`) makes the
@@ -269,6 +325,7 @@ impl Session {
             candidate_file,
             launches: Vec::new(),
             launch_free: Vec::new(),
+            precision_ahead_s: None,
         })
     }
 
@@ -432,8 +489,17 @@ impl Session {
             // Released while the candidate's process compiles (it says when), so that other
             // evaluations' timed phases wait for no compiler; back before its kernels run.
             let mut gpu = untimed_gpu_work(eval);
+            // The kept trial's precision forwards run on the referee meanwhile, under this
+            // share, and end before it goes: a timed phase never runs beside them.
+            let mut ahead = keep
+                && !eval.large_device_work
+                && start_precision_ahead(referee, eval, &trial, limit)?;
+            let mut awaited = None;
             let mut on_note = |note: &str| match note {
                 NOTE_COMPILING => {
+                    if std::mem::take(&mut ahead) {
+                        awaited = Some(await_precision_ahead(referee, limit));
+                    }
                     gpu = None;
                     Ok(None)
                 }
@@ -445,7 +511,15 @@ impl Session {
                 }
                 other => Err(format!("unknown note {other:?}")),
             };
-            candidate_call_noting(candidate, stage, &run, limit, &mut on_note)?
+            let ran = candidate_call_noting(candidate, stage, &run, limit, &mut on_note);
+            if ahead {
+                awaited = Some(await_precision_ahead(referee, limit));
+            }
+            // The referee's fault is the judge's, whatever the candidate did meanwhile.
+            if let Some(awaited) = awaited {
+                self.precision_ahead_s = awaited?;
+            }
+            ran?
         };
         let _gpu = untimed_gpu_work(eval);
         let check = RefereeRequest::Check {
@@ -542,7 +616,7 @@ impl Session {
         // The referee gives up (unmeasured) when the float64 forwards would exceed the budget;
         // the deadline leaves room for a forward that started just inside it.
         let request = RefereeRequest::MeasurePrecision {
-            budget_s: limit.as_secs_f64() / 2.0,
+            budget_s: precision_budget_s(limit),
         };
         let referee = &mut self.workers.referee;
         let (measured, attempts) = eval.stage("precision", |eval| {
@@ -594,7 +668,8 @@ impl Session {
                 ),
             }));
         }
-        let measured = precision::from_reply(measured, 0);
+        let mut measured = precision::from_reply(measured, 0);
+        measured.forwards_ahead_s = self.precision_ahead_s;
         if let Some(finding) = precision::downgrade_finding(&measured) {
             eval.add_once(finding);
         }
