@@ -138,9 +138,10 @@ fn precision_work_is_large(output_elements: u64, large_work_bytes: u64) -> bool 
 }
 
 /// The precision measurement's float64 copies computed ahead (during the kept trial) are held
-/// through the later trials, so only up to this fraction of the large-work size (about 1 GiB
-/// on an H200: a 4096 x 4096 output's four copies are 0.5 GiB; 23_Softmax's would be 51 GB).
-const PRECISION_AHEAD_FRACTION: u64 = 16;
+/// through the later trials, so only up to this fraction of the large-work size (2.2 GB on an
+/// H200: a 4096 x 4096 output's four copies are 0.54 GB, KernelBench 8_Matmul_with_irregular_
+/// shapes' 1.55 GB; 23_Softmax's would be 51 GB).
+const PRECISION_AHEAD_FRACTION: u64 = 8;
 
 /// The seconds the precision measurement's float64 forwards may take; past them it is left
 /// unmeasured. Half the trial's limit, which leaves room for a forward that started just
