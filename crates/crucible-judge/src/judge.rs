@@ -198,6 +198,9 @@ pub struct EvalConfig {
     /// The autotuner's benchmark budget in the candidate process (GPU only; Triton's
     /// interpreter is left as it is).
     pub autotune: AutotuneBudget,
+    /// The referee runs the precision measurement's float64 forwards while the candidate runs
+    /// trial 0 (where their copies fit), instead of in the precision stage; the same numbers.
+    pub precision_ahead: bool,
 }
 
 /// The large-work size for a device with `memory_bytes`: an eighth of it (about 17 GiB on an
@@ -231,6 +234,7 @@ impl EvalConfig {
             large_work_bytes: 16 << 30,
             large_tasks: None,
             autotune: AutotuneBudget::FAST,
+            precision_ahead: true,
         }
     }
 

@@ -78,8 +78,9 @@ fn fp16_operands_cast_inside_the_kernel_measure_as_fp16_and_are_flagged() {
 }
 
 /// The float64 forwards run on the referee while the candidate runs trial 0, where their copies
-/// fit; where they do not (here a large-work size of a few bytes), the stage runs them itself,
-/// and the measurement is the same number for number (one seed: the same trial inputs).
+/// fit; where they do not (here a large-work size of a few bytes), or where the configuration
+/// says so, the stage runs them itself, and the measurement is the same number for number (one
+/// seed: the same trial inputs).
 #[test]
 fn the_float64_forwards_run_ahead_where_their_copies_fit_and_measure_the_same() {
     let (task, candidate) = (
@@ -89,16 +90,23 @@ fn the_float64_forwards_run_ahead_where_their_copies_fit_and_measure_the_same() 
     let mut cfg = config();
     cfg.seed = Some(7);
     let ahead = judge_with(&task, &candidate, &cfg);
-    cfg.large_work_bytes = 64;
-    let in_stage = judge_with(&task, &candidate, &cfg);
-    for result in [&ahead, &in_stage] {
-        assert_eq!(measured(result).0, Some(PrecisionClass::Tf32));
-    }
-    let (mut ahead, mut in_stage) = (ahead.precision.unwrap(), in_stage.precision.unwrap());
+    let mut too_large = cfg.clone();
+    too_large.large_work_bytes = 64;
+    let mut behind = cfg.clone();
+    behind.precision_ahead = false;
+    let in_stage = [too_large, behind].map(|cfg| judge_with(&task, &candidate, &cfg));
+    let mut ahead = {
+        assert_eq!(measured(&ahead).0, Some(PrecisionClass::Tf32));
+        ahead.precision.unwrap()
+    };
     let seconds = ahead.forwards_ahead_s.take().expect("forwards run ahead");
     assert!(seconds > 0.0, "{seconds}");
-    assert_eq!(in_stage.forwards_ahead_s.take(), None);
-    assert_eq!(ahead, in_stage);
+    for result in in_stage {
+        assert_eq!(measured(&result).0, Some(PrecisionClass::Tf32));
+        let precision = result.precision.unwrap();
+        assert_eq!(precision.forwards_ahead_s, None);
+        assert_eq!(precision, ahead);
+    }
 }
 
 #[test]

@@ -129,6 +129,10 @@ pub struct ThroughputArgs {
     /// zygote that has imported torch, triton and numpy.
     #[arg(long)]
     fresh_referees: bool,
+    /// The precision measurement's float64 forwards run in its own stage, after the trials,
+    /// instead of on the referee during trial 0 (to measure what running them ahead gains).
+    #[arg(long)]
+    precision_behind: bool,
     /// The GPU lock on this file instead of the GPU's own; with it the lock also works on the
     /// CPU (where nothing is timed, but trials still take their shares).
     #[arg(long)]
@@ -222,6 +226,7 @@ fn base_config(args: &ThroughputArgs) -> EvalConfig {
     });
     args.autotune.apply(&mut base);
     args.sandbox.apply(&mut base);
+    base.precision_ahead = !args.precision_behind;
     base
 }
 

@@ -493,6 +493,7 @@ impl Session {
             // The kept trial's precision forwards run on the referee meanwhile, under this
             // share, and end before it goes: a timed phase never runs beside them.
             let mut ahead = keep
+                && eval.cfg.precision_ahead
                 && !eval.large_device_work
                 && start_precision_ahead(referee, eval, &trial, limit)?;
             let mut awaited = None;
