@@ -1190,6 +1190,13 @@ impl Measured {
             .filter(|r| r.precision_ahead_s.is_some())
             .filter_map(|r| r.stages.get("precision").copied())
             .collect();
+        if ahead.is_empty() {
+            println!(
+                "  precision: float64 forwards run in the stage for all {} measurements",
+                measured.len()
+            );
+            return;
+        }
         println!(
             "  precision: float64 forwards run during trial 0 for {} of {} measurements ({:.3} s \
              median there, {:.2} s in all); the stage itself then {:.3} s median",
