@@ -271,20 +271,25 @@ impl HarnessProcess {
 
     /// [`HarnessProcess::request`], during which the child may also send notes
     /// (`{"note": "..."}`, see `protocol.rs`): each goes to `on_note`, and what that returns, if
-    /// anything, is written back before waiting on. The deadline covers the whole exchange.
+    /// anything, is written back before waiting on. The deadline covers the whole exchange
+    /// except the time `on_note` takes: that is the judge's (waiting for a GPU share, or for the
+    /// referee's work), and a child waiting for its answer must not run out of time over it.
     pub fn request_noting(
         &mut self,
         msg: &Value,
         timeout: Duration,
         on_note: &mut dyn FnMut(&str) -> Result<Option<Value>, String>,
     ) -> Result<Value, ChannelError> {
-        let deadline = Instant::now() + timeout;
+        let mut deadline = Instant::now() + timeout;
         let mut reply = self.request(msg, timeout)?;
         loop {
             let Some(note) = note_of(&reply) else {
                 return Ok(reply);
             };
-            if let Some(answer) = on_note(note).map_err(ChannelError::Protocol)? {
+            let handling = Instant::now();
+            let answer = on_note(note).map_err(ChannelError::Protocol)?;
+            deadline += handling.elapsed();
+            if let Some(answer) = answer {
                 self.send(&answer)?;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
