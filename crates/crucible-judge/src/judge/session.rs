@@ -491,7 +491,10 @@ impl Session {
             // evaluations' timed phases wait for no compiler; back before its kernels run.
             let mut gpu = untimed_gpu_work(eval);
             // The kept trial's precision forwards run on the referee meanwhile, under this
-            // share, and end before it goes: a timed phase never runs beside them.
+            // share, and end before it goes: a timed phase never runs beside them. Nor does the
+            // candidate's autotuner benchmark beside them: it compiles its configs first (the
+            // `compiling` note, at which they are awaited) and runs them only once `compiled`
+            // is answered, which this thread does after that wait.
             let mut ahead = keep
                 && eval.cfg.precision_ahead
                 && !eval.large_device_work
