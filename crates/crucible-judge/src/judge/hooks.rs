@@ -126,8 +126,8 @@ pub trait Teardown: Send + Sync + Debug {
 
 /// Told the name of each stage as it starts (`verify`, `start`, `reference`, `load`,
 /// `trial_N`, `repeat`, `precision`, `generalize`, `profiler-start`, `timed-inputs`, `timing`,
-/// `profile`, `timing-recheck`, `timed-output`), so a long-lived caller can say what an evaluation is doing.
-/// Called on the evaluation's thread.
+/// `profile`, `timing-recheck`, `timed-output`), so a long-lived caller can say what an
+/// evaluation is doing. Called on the evaluation's thread.
 pub trait StageObserver: Send + Sync + Debug {
     fn stage_started(&self, name: &str);
 }
