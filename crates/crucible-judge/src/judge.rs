@@ -688,6 +688,10 @@ pub struct Workers {
     device: Device,
     /// The candidate process starts the profiler before its hello.
     profiler_ahead: bool,
+    /// The referee's hello was read ahead (by [`Workers::warm_referee`]).
+    referee_greeted: bool,
+    /// The referee ran its warm-up ([`Workers::warm_referee`]).
+    referee_warmed: bool,
     // Dropped last: the processes map files inside it.
     _referee_dir: tempfile::TempDir,
 }
@@ -776,6 +780,8 @@ impl Workers {
             missing_sandbox,
             device: cfg.device,
             profiler_ahead: prestart.profiler_ahead(cfg),
+            referee_greeted: false,
+            referee_warmed: false,
             _referee_dir: scratch.referee,
         })
     }
@@ -854,34 +860,101 @@ impl Workers {
     /// so that taking this pair waits for no start-up. A pair that died also counts; `alive`
     /// tells them apart.
     pub fn said_hello(&self) -> bool {
-        self.referee.has_message() && self.candidate.has_message()
+        (self.referee_greeted || self.referee.has_message()) && self.candidate.has_message()
     }
 
-    /// Waits for both hellos. Failures before the candidate file is even loaded are the judge's.
-    fn ready(&mut self, timeout: Duration) -> Result<(), Stop> {
-        for (who, process) in [
-            ("referee", &mut self.referee),
-            ("candidate harness", &mut self.candidate),
-        ] {
-            let hello = process.receive(timeout).map_err(|channel| {
-                Stop::Infra(InfraError::DidNotStart {
-                    who,
-                    channel,
-                    log: process.log_tail(4000),
-                })
-            })?;
-            let protocol = |detail| Stop::Infra(InfraError::Protocol { who, detail });
-            match parse_reply::<Hello, HelloFailure>(hello).map_err(protocol)? {
-                Reply::Ok(Hello { ready: true }) => {}
-                Reply::Ok(Hello { ready: false }) => {
-                    return Err(protocol("the hello says it is not ready".into()));
-                }
-                Reply::Failed(HelloFailure { error }) => {
-                    return Err(Stop::Infra(InfraError::CannotStart { who, reason: error }));
-                }
-            }
+    /// Whether the referee has said hello on a GPU and not yet run its warm-up.
+    pub fn referee_awaits_warm_up(&self) -> bool {
+        self.device.is_gpu() && !self.referee_greeted && self.referee.has_message()
+    }
+
+    /// Whether the referee ran its warm-up.
+    pub fn referee_warmed(&self) -> bool {
+        self.referee_warmed
+    }
+
+    /// Reads the referee's hello and has it run, under `share` (a claim on the device for
+    /// untimed work, taken once the hello is in), a first use on small tensors of what every
+    /// trial runs: a process's first launch of each kernel loads its module and its first matmul
+    /// creates cuBLAS's handle (0.25-0.55 s of a fresh referee's first trial on an H200,
+    /// `scripts/probe/referee_first_trial.py`), which a pair waiting in the warm pool then pays
+    /// instead of its evaluation's first trial.
+    ///
+    /// `waiting_nice`: the pair's CPU priority below the judge's while it waits (the pool's).
+    /// The referee has the judge's own for the warm-up: at a waiting pair's lower priority the
+    /// share would keep timed phases out for as long as the CPU is busy elsewhere (one H200,
+    /// N 4: the evaluations' GPU-lock waits doubled, 42 s against 21 without the warm-up).
+    pub fn warm_referee(
+        &mut self,
+        share: &dyn Fn() -> Option<TimedPhaseGuard>,
+        timeout: Duration,
+        waiting_nice: i32,
+    ) -> Result<(), InfraError> {
+        if !self.referee_greeted {
+            hello("referee", &mut self.referee, timeout)?;
+            self.referee_greeted = true;
         }
+        let group = self.referee.pid() as libc::pid_t;
+        let judge_nice = crate::process::own_nice();
+        let _share = share();
+        if waiting_nice != 0 {
+            crate::process::set_group_nice(group, judge_nice).map_err(InfraError::io(
+                "giving the referee the judge's priority for its warm-up",
+            ))?;
+        }
+        let request = crate::protocol::RefereeRequest::WarmUp;
+        let warmed = calls::referee_call(&mut self.referee, &request, timeout).map_err(|stop| {
+            match stop {
+                Stop::Infra(error) => error,
+                // The referee's replies are never charged to a candidate.
+                Stop::Candidate(failure) => InfraError::Protocol {
+                    who: "referee",
+                    detail: failure.message,
+                },
+            }
+        });
+        if waiting_nice != 0 {
+            crate::process::set_group_nice(group, judge_nice.saturating_add(waiting_nice))
+                .map_err(InfraError::io(
+                    "lowering the warmed referee's priority again",
+                ))?;
+        }
+        let crate::protocol::Done {} = warmed?;
+        self.referee_warmed = true;
         Ok(())
+    }
+
+    /// Waits for both hellos (the referee's unless it was read ahead). Failures before the
+    /// candidate file is even loaded are the judge's.
+    fn ready(&mut self, timeout: Duration) -> Result<(), Stop> {
+        if !self.referee_greeted {
+            hello("referee", &mut self.referee, timeout).map_err(Stop::Infra)?;
+            self.referee_greeted = true;
+        }
+        hello("candidate harness", &mut self.candidate, timeout).map_err(Stop::Infra)
+    }
+}
+
+/// Reads one harness process's hello: it is ready, or says why it cannot start.
+fn hello(
+    who: &'static str,
+    process: &mut HarnessProcess,
+    timeout: Duration,
+) -> Result<(), InfraError> {
+    let hello = process
+        .receive(timeout)
+        .map_err(|channel| InfraError::DidNotStart {
+            who,
+            channel,
+            log: process.log_tail(4000),
+        })?;
+    let protocol = |detail| InfraError::Protocol { who, detail };
+    match parse_reply::<Hello, HelloFailure>(hello).map_err(protocol)? {
+        Reply::Ok(Hello { ready: true }) => Ok(()),
+        Reply::Ok(Hello { ready: false }) => Err(protocol("the hello says it is not ready".into())),
+        Reply::Failed(HelloFailure { error }) => {
+            Err(InfraError::CannotStart { who, reason: error })
+        }
     }
 }
 

@@ -105,6 +105,10 @@ pub(crate) enum RefereeRequest {
     },
     /// Wait until the forwards `start_precision` began are done.
     AwaitPrecision,
+    /// Before any `init`: a first use, on small tensors, of what every trial runs (drawing,
+    /// a matmul, the comparison), so that loading those kernels and creating cuBLAS's handle
+    /// happen while the process waits in the warm pool, not in its evaluation's first trial.
+    WarmUp,
     /// The candidate's and the reference's errors against a float64 copy of the reference, on
     /// the trial kept for it.
     MeasurePrecision {
@@ -616,6 +620,7 @@ pub fn document() -> Value {
                 ("time_reference", schema(schema_for!(TimeReferenceReply))),
                 ("start_precision", schema(schema_for!(StartPrecisionReply))),
                 ("await_precision", schema(schema_for!(AwaitPrecisionReply))),
+                ("warm_up", schema(schema_for!(Done))),
                 ("measure_precision", schema(schema_for!(MeasurePrecisionReply))),
                 ("generalize_plan", schema(schema_for!(GeneralizePlanReply))),
                 ("generalize", schema(schema_for!(GeneralizeReply))),

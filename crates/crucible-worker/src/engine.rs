@@ -99,6 +99,9 @@ pub struct Tuning {
     /// The pool starts every referee as a fresh interpreter instead of forking it from a
     /// zygote that has imported torch, triton and numpy (`crucible_judge::RefereeZygote`).
     pub fresh_referees: bool,
+    /// The pool does not warm its referees up (`crucible_judge::Workers::warm_referee`), so
+    /// each pays its first uses of the trial's kernels and of cuBLAS in its first trial.
+    pub cold_referees: bool,
 }
 
 /// One evaluation to run.
@@ -213,6 +216,7 @@ impl Engine {
                     !tuning.cold_profiler,
                     tuning.pool_nice.unwrap_or(POOL_NICE),
                     !tuning.fresh_referees,
+                    !tuning.cold_referees,
                 )
                 .map_err(|source| EngineError::Io {
                     what: "starting the warm pool",

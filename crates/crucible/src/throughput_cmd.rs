@@ -129,6 +129,10 @@ pub struct ThroughputArgs {
     /// zygote that has imported torch, triton and numpy.
     #[arg(long)]
     fresh_referees: bool,
+    /// The warm pool does not warm its referees up before their evaluation (a first use of the
+    /// trial's kernels and of cuBLAS, under a share): each pays for it in its first trial.
+    #[arg(long)]
+    cold_referees: bool,
     /// The precision measurement's float64 forwards run in its own stage, after the trials,
     /// instead of on the referee during trial 0 (to measure what running them ahead gains).
     #[arg(long)]
@@ -528,6 +532,9 @@ struct Seen {
     /// The first trial's part of it: the candidate's first launches and autotuning runs
     /// (Triton benchmarks every config on the GPU), which the later trials do not repeat.
     first_trial_share_s: f64,
+    /// Each share the first trial held, in order: the referee's prepare, the candidate's run
+    /// (one share before its first compile, one after each), the referee's check.
+    first_trial_shares: Vec<f64>,
     /// Reference-cache lookups in order: the plain reference, then the matched class.
     cache_hits: Vec<bool>,
     prestarted: bool,
@@ -547,6 +554,7 @@ impl Seen {
             Some("trial_0") => {
                 self.trial_share_s += held_s;
                 self.first_trial_share_s += held_s;
+                self.first_trial_shares.push(held_s);
             }
             Some(stage) if stage.starts_with("trial_") => self.trial_share_s += held_s,
             _ => {}
@@ -564,6 +572,8 @@ struct Row {
     /// The correctness trials' time under a GPU share, and waiting for one.
     trial_share_s: f64,
     first_trial_share_s: f64,
+    /// Where a passed first trial held its shares: see [`FirstTrialShares`].
+    first_trial_parts: Option<FirstTrialShares>,
     trial_lock_wait_s: f64,
     overhead_s: f64,
     overhead_outside_trials_s: f64,
@@ -916,6 +926,7 @@ fn engine_for(
         probe: Some(probe),
         cold_profiler: args.cold_profiler,
         fresh_referees: args.fresh_referees,
+        cold_referees: args.cold_referees,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,
@@ -1068,6 +1079,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         }
         gpu
     });
+    let retried_alone = result.findings.iter().any(|f| f.code == "retried-alone");
     let fixed_s = ["verify", "start", "reference", "load", "(outside stages)"]
         .iter()
         .filter_map(|name| stages.get(*name))
@@ -1082,13 +1094,17 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         lock_wait_s: seen.lock_wait_s,
         trial_share_s: seen.trial_share_s,
         first_trial_share_s: seen.first_trial_share_s,
+        // Passed (trial 1 ran), and run once: a retry alone's shares follow the first run's.
+        first_trial_parts: (result.stages.iter().any(|s| s.name == "trial_1") && !retried_alone)
+            .then(|| FirstTrialShares::split(&seen.first_trial_shares))
+            .flatten(),
         trial_lock_wait_s: seen.trial_lock_wait_s.values().sum(),
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         overhead_outside_trials_s: result.wall_s - trials_s - gpu_s - outside_trials_lock_wait_s,
         stages,
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
-        retried_alone: result.findings.iter().any(|f| f.code == "retried-alone"),
+        retried_alone,
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
         precision_ahead_s: result.precision.as_ref().and_then(|p| p.forwards_ahead_s),
@@ -1108,6 +1124,37 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
             })
             .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
             .collect(),
+    }
+}
+
+/// A passed first trial's shares of the GPU, in the order the judge takes them: the referee
+/// draws the inputs and runs the reference (`prepare`); the candidate's forward runs up to its
+/// first compile (`run_before_compile`: its Python and torch work, and the wait for the
+/// precision forwards begun meanwhile), then after each compile (`run_after_compiles`, summed
+/// over `compiles` shares: the first launches and the autotuner's benchmarks); the referee
+/// compares (`check`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FirstTrialShares {
+    prepare: f64,
+    run_before_compile: f64,
+    run_after_compiles: f64,
+    compiles: usize,
+    check: f64,
+}
+
+impl FirstTrialShares {
+    /// None unless the shares are at least a prepare, a run and a check.
+    fn split(shares: &[f64]) -> Option<FirstTrialShares> {
+        let (&prepare, rest) = shares.split_first()?;
+        let (&check, run) = rest.split_last()?;
+        let (&run_before_compile, after) = run.split_first()?;
+        Some(FirstTrialShares {
+            prepare,
+            run_before_compile,
+            run_after_compiles: after.iter().sum(),
+            compiles: after.len(),
+            check,
+        })
     }
 }
 
@@ -1168,6 +1215,32 @@ impl Measured {
         self.print_gpu_lock();
         self.print_witnesses();
         self.print_precision_ahead();
+        self.print_first_trial_shares();
+    }
+
+    /// Where the first trial's shares of the GPU went, over the evaluations that passed it.
+    fn print_first_trial_shares(&self) {
+        let parts: Vec<FirstTrialShares> = self
+            .rows
+            .iter()
+            .filter_map(|r| r.first_trial_parts)
+            .collect();
+        if parts.is_empty() {
+            return;
+        }
+        let med =
+            |f: fn(&FirstTrialShares) -> f64| median(&parts.iter().map(f).collect::<Vec<_>>());
+        println!(
+            "  trial 0 under a share, median over the {} that passed it: prepare {:.3} s, the \
+             candidate's run before its first compile {:.3} s, after its compiles {:.3} s ({} \
+             compiles median), check {:.3} s",
+            parts.len(),
+            med(|p| p.prepare),
+            med(|p| p.run_before_compile),
+            med(|p| p.run_after_compiles),
+            med(|p| p.compiles as f64),
+            med(|p| p.check),
+        );
     }
 
     /// How many precision measurements had their float64 forwards run during trial 0, and
@@ -1465,6 +1538,13 @@ impl Measured {
                 "lock_wait_s": row.lock_wait_s,
                 "trial_share_s": row.trial_share_s,
                 "first_trial_share_s": row.first_trial_share_s,
+                "first_trial_parts": row.first_trial_parts.map(|p| serde_json::json!({
+                    "prepare_s": p.prepare,
+                    "run_before_compile_s": p.run_before_compile,
+                    "run_after_compiles_s": p.run_after_compiles,
+                    "compiles": p.compiles,
+                    "check_s": p.check,
+                })),
                 "trial_lock_wait_s": row.trial_lock_wait_s,
                 "overhead_s": row.overhead_s,
                 "overhead_outside_trials_s": row.overhead_outside_trials_s,
@@ -1571,6 +1651,45 @@ mod tests {
             true,
         );
         assert_eq!((row.trial_share_s, row.first_trial_share_s), (2.5, 2.0));
+    }
+
+    /// A first trial's shares split into prepare, the run before and after its compiles, and
+    /// check; fewer than three shares (a run that failed before its check) split into nothing.
+    #[test]
+    fn the_first_trials_shares_split_into_their_parts() {
+        let parts = FirstTrialShares::split(&[0.1, 0.2, 0.3, 0.4, 0.5]).expect("five shares");
+        assert_eq!(
+            parts,
+            FirstTrialShares {
+                prepare: 0.1,
+                run_before_compile: 0.2,
+                run_after_compiles: 0.7,
+                compiles: 2,
+                check: 0.5,
+            }
+        );
+        let mut seen = Seen::default();
+        for held_s in [0.1, 0.2, 0.3, 0.4, 0.5] {
+            seen.add_share(Some("trial_0"), held_s);
+        }
+        let passed = [("trial_0", 1.5, "ok"), ("trial_1", 0.5, "ok")];
+        let row_parts = |stages: &[(&str, f64, &str)]| {
+            row(
+                &result_with_stages(Verdict::Incorrect, stages),
+                Kind::Correct,
+                &seen,
+                true,
+            )
+            .first_trial_parts
+        };
+        assert_eq!(row_parts(&passed), Some(parts));
+        assert_eq!(row_parts(&passed[..1]), None, "trial 0 did not pass");
+        let uncompiled = FirstTrialShares::split(&[0.1, 0.2, 0.3]).expect("three shares");
+        assert_eq!(
+            (uncompiled.run_after_compiles, uncompiled.compiles),
+            (0.0, 0)
+        );
+        assert_eq!(FirstTrialShares::split(&[0.1, 0.2]), None);
     }
 
     /// A result the engine ran again alone says so (its info finding), and the row counts it

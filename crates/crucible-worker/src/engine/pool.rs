@@ -13,7 +13,9 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crucible_judge::{EvalConfig, Prestart, RefereeZygote, Runtime, TritonSeed, Workers};
+use crucible_judge::{
+    EvalConfig, Prestart, RefereeZygote, Runtime, TimedPhaseGate, TritonSeed, Workers,
+};
 
 /// After a failed start, the refill waits this long before trying again (a broken install must
 /// not spin).
@@ -27,6 +29,8 @@ pub const POOL_NICE: i32 = 10;
 
 struct State {
     ready: VecDeque<Workers>,
+    /// Pairs out of `ready` while their referee warms up (they count towards the depth).
+    warming: usize,
     stopping: bool,
 }
 
@@ -49,7 +53,8 @@ struct Shared {
 
 pub struct WarmPool {
     shared: Arc<Shared>,
-    refill: Option<JoinHandle<()>>,
+    /// The refill thread and, on a GPU with a gate, the referees' warm-up thread.
+    threads: [Option<JoinHandle<()>>; 2],
 }
 
 impl WarmPool {
@@ -57,7 +62,9 @@ impl WarmPool {
     /// processes start the profiler before their hello (when correct ones will be timed on a
     /// GPU). `nice`: how much lower than the judge's the waiting pairs' CPU priority is
     /// ([`POOL_NICE`] by default). `fork_referees`: referees are forked from a zygote (a
-    /// zygote that cannot start is logged, and referees start fresh).
+    /// zygote that cannot start is logged, and referees start fresh). `warm_referees`: on a GPU
+    /// with a gate (`EvalConfig::timed_phases`), each referee warms up once it said hello
+    /// (`Workers::warm_referee`), under a share.
     pub fn start(
         runtime: Runtime,
         cfg: EvalConfig,
@@ -65,6 +72,7 @@ impl WarmPool {
         warm_profiler: bool,
         nice: i32,
         fork_referees: bool,
+        warm_referees: bool,
     ) -> std::io::Result<WarmPool> {
         // A pair lowered without the right to raise it again would run its whole evaluation,
         // timed phases included, below the judge.
@@ -80,6 +88,7 @@ impl WarmPool {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
+                warming: 0,
                 stopping: false,
             }),
             wake: Condvar::new(),
@@ -106,14 +115,27 @@ impl WarmPool {
                 .name("crucible-pool".into())
                 .spawn(move || refill(&shared))?
         };
+        // Only under a share of the GPU: without a gate nothing keeps the warm-up's kernels
+        // away from a timed phase, and the first trial pays for those first uses as before.
+        let warm_up = match (&shared.cfg.timed_phases, shared.cfg.device.is_gpu()) {
+            (Some(gate), true) if warm_referees => {
+                let (shared, gate) = (Arc::clone(&shared), Arc::clone(gate));
+                Some(
+                    std::thread::Builder::new()
+                        .name("crucible-pool-warm".into())
+                        .spawn(move || warm_up_referees(&shared, gate.as_ref()))?,
+                )
+            }
+            _ => None,
+        };
         Ok(WarmPool {
             shared,
-            refill: Some(refill),
+            threads: [Some(refill), warm_up],
         })
     }
 
-    /// A started pair, if the pool holds one: the oldest that has said hello, else the oldest
-    /// still starting (it is ready soonest); `None` makes the evaluation start its own. The
+    /// A started pair, if the pool holds one: the oldest whose referee has warmed up, else the
+    /// oldest that has said hello, else the oldest still starting (it is ready soonest); `None` makes the evaluation start its own. The
     /// flag says whether the pair had said hello.
     pub fn take(&self) -> Option<(Workers, bool)> {
         let mut state = self.shared.state.lock().ok()?;
@@ -127,7 +149,13 @@ impl WarmPool {
             }
             alive
         });
-        let taken = match state.ready.iter().position(Workers::said_hello) {
+        let warmed = |w: &Workers| w.said_hello() && w.referee_warmed();
+        let ready = state
+            .ready
+            .iter()
+            .position(warmed)
+            .or_else(|| state.ready.iter().position(Workers::said_hello));
+        let taken = match ready {
             Some(index) => state.ready.remove(index).map(|workers| (workers, true)),
             None => state.ready.pop_front().map(|workers| (workers, false)),
         };
@@ -152,9 +180,13 @@ impl WarmPool {
             .unwrap_or(0)
     }
 
-    /// Pairs waiting, started or still starting.
+    /// Pairs waiting, started or still starting (warming up too).
     pub fn started(&self) -> usize {
-        self.shared.state.lock().map(|s| s.ready.len()).unwrap_or(0)
+        self.shared
+            .state
+            .lock()
+            .map(|s| s.ready.len() + s.warming)
+            .unwrap_or(0)
     }
 
     /// Pairs the pool keeps started when nobody takes any.
@@ -171,8 +203,8 @@ impl Drop for WarmPool {
             state.ready.clear();
         }
         self.shared.wake.notify_all();
-        if let Some(refill) = self.refill.take() {
-            let _ = refill.join();
+        for thread in self.threads.iter_mut().filter_map(Option::take) {
+            let _ = thread.join();
         }
     }
 }
@@ -193,7 +225,7 @@ fn refill(shared: &Shared) {
             let Ok(mut state) = shared.state.lock() else {
                 return;
             };
-            while !state.stopping && state.ready.len() >= shared.depth {
+            while !state.stopping && state.ready.len() + state.warming >= shared.depth {
                 state = match shared.wake.wait(state) {
                     Ok(state) => state,
                     Err(_) => return,
@@ -232,5 +264,52 @@ fn refill(shared: &Shared) {
                 let _ = shared.wake.wait_timeout(state, RETRY_AFTER);
             }
         }
+    }
+}
+
+/// How long a referee's hello and warm-up may take before the pair is dropped (a fresh one
+/// takes about half a second; the pool's CPU priority is low).
+const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
+
+/// How often the warm-up thread looks for a referee that has said hello.
+const WARM_UP_POLL: Duration = Duration::from_millis(20);
+
+/// Runs each waiting referee's warm-up ([`Workers::warm_referee`]) once it has said hello, under
+/// a share of the GPU from `gate`, so its kernels never run beside a timed phase. The pair is
+/// out of the pool meanwhile (an evaluation takes another) and goes back first in line; one
+/// whose warm-up fails is dropped (its processes are killed) and the refill starts another.
+fn warm_up_referees(shared: &Shared, gate: &dyn TimedPhaseGate) {
+    loop {
+        let mut workers = {
+            let Ok(mut state) = shared.state.lock() else {
+                return;
+            };
+            loop {
+                if state.stopping {
+                    return;
+                }
+                if let Some(index) = state.ready.iter().position(Workers::referee_awaits_warm_up)
+                    && let Some(workers) = state.ready.remove(index)
+                {
+                    state.warming += 1;
+                    break workers;
+                }
+                state = match shared.wake.wait_timeout(state, WARM_UP_POLL) {
+                    Ok((state, _)) => state,
+                    Err(_) => return,
+                };
+            }
+        };
+        let warmed = workers.warm_referee(&|| Some(gate.share()), WARM_UP_LIMIT, shared.nice);
+        let Ok(mut state) = shared.state.lock() else {
+            return;
+        };
+        state.warming -= 1;
+        match warmed {
+            Ok(()) if !state.stopping => state.ready.push_front(workers),
+            Ok(()) => {}
+            Err(error) => tracing::warn!("a prestarted referee's warm-up failed; dropped: {error}"),
+        }
+        shared.wake.notify_all();
     }
 }
