@@ -527,7 +527,11 @@ def union_length(intervals):
 
 def warm_up(torch, device):
     """Before the hello, on a GPU: what every candidate process would otherwise do inside its
-    first trial (Triton's driver) or its profile stage (the profiler, when asked)."""
+    first trial (Triton's key and driver) or its profile stage (the profiler, when asked)."""
+    if device.startswith("cuda"):
+        common.settle_triton_key()
+        # What a process's first compile imports (the code generator, Gluon with it): 0.08 s.
+        import triton.compiler.code_generator  # noqa: F401
     start_triton_driver(device)
     warm_profiler(torch, device)
 

@@ -81,6 +81,42 @@ def start(where, fd=None, warm=None):
     return chan, torch, device
 
 
+def settle_triton_key():
+    """Settles `triton_key()` before anything compiles. Triton keys every kernel it compiles by a
+    SHA-256 of its own sources and of libtriton.so (415 MB in 3.6: about 0.36 CPU-s), cached per
+    process but without a lock, so the autotuner's configs compiled on threads each computed it
+    again (six threads, six passes over the library: `scripts/probe/triton_key_threads.py`).
+    The value comes from `CRUCIBLE_TRITON_KEY` where a trusted process computed it for this same
+    Triton (the warm pool's seed, `triton_seed.rs`), else it is computed here, once. Only the
+    keys of this process's own Triton cache depend on it. Returns where it came from, or None
+    where nothing compiles (Triton's interpreter) or Triton lacks it (then it is left alone)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None
+    import functools
+
+    import triton
+    from triton.runtime import cache
+
+    computed = getattr(cache, "triton_key", None)
+    if not callable(computed):
+        return None
+    given = os.environ.get("CRUCIBLE_TRITON_KEY", "")
+    if not given.startswith(triton.__version__):
+        try:
+            computed()
+        except Exception as exc:
+            # Only a head start lost: the first compile computes it again, and fails where it must.
+            print(f"Triton's key not computed ahead: {exc}", file=sys.stderr)
+            return None
+        return "computed"
+    settled = functools.lru_cache()(lambda: given)
+    # `from .cache import triton_key` (the autotuner) holds the function under its own name.
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("triton") and getattr(module, "triton_key", None) is computed:
+            module.triton_key = settled
+    return "given"
+
+
 def serve(chan, handlers, on_error, side, catch=Exception):
     """The one request loop: reads a request, dispatches it by its `op` to `handlers[op](msg)`,
     and sends the reply, until the judge closes the channel.

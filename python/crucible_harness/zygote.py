@@ -38,6 +38,9 @@ import triton  # noqa: F401
 
 from crucible_harness import common, referee
 
+# Once here rather than in every referee that compiles the fused statistics (`fused_stats.py`).
+common.settle_triton_key()
+
 # numpy's OpenBLAS starts its thread pool at import; it registers its own fork handlers, and the
 # child's pool starts again when used. Python would otherwise warn at every fork.
 warnings.filterwarnings("ignore", r"This process .* is multi-threaded", DeprecationWarning)

@@ -88,3 +88,42 @@ def test_start_says_hello_and_brings_up_the_cpu(pipe, monkeypatch):
     assert torch_module is torch
     assert device == "cpu"
     assert pipe.replies() == [{"ok": True, "ready": True}]
+
+
+SETTLE = """
+import json, os, sys
+import triton
+from triton.runtime import autotuner, cache
+from crucible_harness import common
+how = common.settle_triton_key()
+print(json.dumps({"how": how, "version": triton.__version__, "cache": cache.triton_key(),
+                  "autotuner": autotuner.triton_key()}))
+"""
+
+
+def settle_in_a_fresh_process(**env):
+    """`settle_triton_key` patches Triton's modules: each case runs in its own interpreter."""
+    import json
+    import subprocess
+
+    base = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "CRUCIBLE_TRITON_KEY")}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    done = subprocess.run(
+        [sys.executable, "-c", SETTLE], env={**base, **env}, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_triton_key_is_settled_once_from_the_seed_or_computed():
+    computed = settle_in_a_fresh_process()
+    assert computed["how"] == "computed"
+    real = computed["cache"]
+    assert real.startswith(computed["version"]) and computed["autotuner"] == real
+    # Given by a trusted process for this Triton: every name Triton calls it by returns it.
+    given = settle_in_a_fresh_process(CRUCIBLE_TRITON_KEY=real)
+    assert given == {**computed, "how": "given"}
+    other = computed["version"] + "-made-up"
+    assert settle_in_a_fresh_process(CRUCIBLE_TRITON_KEY=other)["autotuner"] == other
+    # Another Triton's key is not taken; the interpreter compiles nothing, so it is left alone.
+    assert settle_in_a_fresh_process(CRUCIBLE_TRITON_KEY="0.0.1-stale")["how"] == "computed"
+    assert settle_in_a_fresh_process(TRITON_INTERPRET="1")["how"] is None

@@ -664,7 +664,7 @@ pub struct Prestart<'a> {
     /// logged and the referee started fresh.
     pub referees: Option<&'a RefereeZygote>,
     /// Each candidate process's Triton cache starts with a copy of these CUDA utilities, so it
-    /// does not compile them again.
+    /// does not compile them again, and it is given Triton's key (see [`TritonSeed`]).
     pub triton_seed: Option<&'a TritonSeed>,
 }
 
@@ -1017,6 +1017,9 @@ impl Scratch {
         {
             // Only a lost head start: the candidate process builds its own, as without a seed.
             tracing::warn!("cannot copy Triton's CUDA utilities for a candidate: {error}");
+        }
+        if let Some(key) = prestart.triton_seed.and_then(TritonSeed::key) {
+            env.push(("CRUCIBLE_TRITON_KEY".into(), key.into()));
         }
         if prestart.profiler_ahead(cfg) {
             env.push(("CRUCIBLE_WARM_PROFILER".into(), "1".into()));
