@@ -118,7 +118,7 @@ class CompileNotes:
         def _init_handles(self):
             if self.module is not None:  # already loaded: a launch, not a build
                 return original_init(self)
-            notes.enter()
+            notes.enter(launcher=launcher_types(self))
             try:
                 return original_init(self)
             finally:
@@ -135,12 +135,12 @@ class CompileNotes:
         finally:
             self.active = False
 
-    def enter(self):
+    def enter(self, launcher=None):
         with self.lock:
             if not self.active:
                 return
             if self.depth == 0:
-                self.chan.send({"note": "compiling"})
+                self.chan.send({"note": "compiling", **({"launcher": launcher} if launcher else {})})
             self.depth += 1
 
     def leave(self):
@@ -153,6 +153,22 @@ class CompileNotes:
                 answer = self.chan.recv()
                 if answer != {"resumed": True}:
                     raise protocol.ProtocolError(f"expected the judge's resumed, got {answer!r:.200}")
+
+
+def launcher_types(kernel):
+    """The argument types Triton generates a compiled kernel's C launcher from (`CudaLauncher`:
+    nothing else of the kernel reaches its source), for the judge's next Triton seed, so later
+    candidates find that launcher built. None where the launcher depends on more (tensor
+    descriptors) or the types are not plain names."""
+    try:
+        if getattr(kernel.metadata, "tensordesc_meta", None):
+            return None
+        types = list(kernel.src.signature.values())
+    except Exception:
+        return None
+    if not types or not all(isinstance(t, str) and not t.startswith("tensordesc") for t in types):
+        return None
+    return types
 
 
 class AutotunePrecompile:

@@ -255,3 +255,46 @@ def test_an_autotuner_with_its_own_benchmark_keeps_it(monkeypatch):
     assert Autotuner(own=own).do_bench is own
     budget.set(None)  # no budget asked for: Triton's own benchmarker
     assert Autotuner().do_bench is testing.do_bench
+
+
+class SentMessages:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg):
+        self.sent.append(msg)
+
+
+def test_a_launchers_build_is_noted_with_its_argument_types():
+    import types
+
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def scale(x, out, n, factor, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + i, tl.load(x + i, mask=i < n) * factor, mask=i < n)
+
+    signature = {"x": "*fp16", "out": "*fp32", "n": "i32", "factor": "fp32", "BLOCK": "constexpr"}
+    src = ASTSource(scale, signature, {"BLOCK": 128})
+    kernel = types.SimpleNamespace(src=src, metadata=types.SimpleNamespace(tensordesc_meta=None))
+    launcher = candidate.launcher_types(kernel)
+    assert launcher == ["*fp16", "*fp32", "i32", "fp32", "constexpr"]
+    # The seed's build (`triton_seed.py`) generates the very source `CudaLauncher` would, so
+    # the candidate's process finds it built: the source is all Triton keys the launcher by.
+    from triton.backends.nvidia import driver
+
+    # As `CudaLauncher.__init__` passes them.
+    constants = {((src.fn.arg_names.index(k),) if isinstance(k, str) else k): v for k, v in src.constants.items()}
+    assert driver.make_launcher({}, dict(enumerate(launcher)), None) == driver.make_launcher(
+        constants, dict(src.signature), None
+    )
+    notes = candidate.CompileNotes(SentMessages())
+    with notes.during():
+        notes.enter(launcher=launcher)
+        notes.enter()  # nested: no second note
+    assert notes.chan.sent == [{"note": "compiling", "launcher": launcher}]
+    # Tensor descriptors shape the launcher beyond the types: nothing named.
+    kernel.metadata.tensordesc_meta = [{"block": [16]}]
+    assert candidate.launcher_types(kernel) is None
+    assert candidate.launcher_types(types.SimpleNamespace()) is None

@@ -21,7 +21,7 @@ use crate::process::{HarnessProcess, Spawn};
 use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
 use crate::runtime::{Runtime, harness_env, hex, triton_cache_dir};
 use crate::sandbox::Sandbox;
-use crate::triton_seed::TritonSeed;
+use crate::triton_seed::{LauncherSignatures, TritonSeed};
 use crate::zygote::RefereeZygote;
 
 mod calls;
@@ -195,6 +195,9 @@ pub struct EvalConfig {
     /// Tasks an earlier evaluation found large, shared between evaluations; `None`: each
     /// evaluation finds out in its first trial.
     pub large_tasks: Option<Arc<LargeTasks>>,
+    /// Where the launchers candidates' processes built are named, for the next Triton seed
+    /// (a service engine's pool on a GPU); `None`: not kept.
+    pub launchers: Option<Arc<LauncherSignatures>>,
     /// The autotuner's benchmark budget in the candidate process (GPU only; Triton's
     /// interpreter is left as it is).
     pub autotune: AutotuneBudget,
@@ -233,6 +236,7 @@ impl EvalConfig {
             device_shared: false,
             large_work_bytes: 16 << 30,
             large_tasks: None,
+            launchers: None,
             autotune: AutotuneBudget::FAST,
             precision_ahead: true,
         }

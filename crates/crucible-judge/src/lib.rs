@@ -33,5 +33,5 @@ pub use judge::{
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};
 pub use sandbox::Sandbox;
-pub use triton_seed::TritonSeed;
+pub use triton_seed::{LauncherSignatures, TritonSeed};
 pub use zygote::RefereeZygote;

@@ -278,7 +278,7 @@ impl HarnessProcess {
         &mut self,
         msg: &Value,
         timeout: Duration,
-        on_note: &mut dyn FnMut(&str) -> Result<Option<Value>, String>,
+        on_note: &mut NoteHandler<'_>,
     ) -> Result<Value, ChannelError> {
         let mut deadline = Instant::now() + timeout;
         let mut reply = self.request(msg, timeout)?;
@@ -287,7 +287,7 @@ impl HarnessProcess {
                 return Ok(reply);
             };
             let handling = Instant::now();
-            let answer = on_note(note).map_err(ChannelError::Protocol)?;
+            let answer = on_note(note, &reply).map_err(ChannelError::Protocol)?;
             deadline += handling.elapsed();
             if let Some(answer) = answer {
                 self.send(&answer)?;
@@ -467,11 +467,23 @@ impl Drop for HarnessProcess {
 /// The text of a note (`{"note": "..."}` and nothing else), if `message` is one.
 fn note_of(message: &Value) -> Option<&str> {
     let object = message.as_object()?;
-    if object.len() != 1 {
+    // A note names itself and may say which launcher it builds (`LauncherSignatures`); a
+    // message with anything else is a reply.
+    if object
+        .keys()
+        .any(|key| key != "note" && key != NOTE_LAUNCHER_FIELD)
+    {
         return None;
     }
     object.get("note")?.as_str()
 }
+
+/// What the judge does with a child's note: given the note's name and the whole message, the
+/// answer to send (if any), or why the note is a protocol error.
+pub type NoteHandler<'a> = dyn FnMut(&str, &Value) -> Result<Option<Value>, String> + 'a;
+
+/// The optional field of a `compiling` note naming the launcher's argument types.
+const NOTE_LAUNCHER_FIELD: &str = "launcher";
 
 fn drain_into(mut stream: Box<dyn Read + Send>, log: &Mutex<Vec<u8>>) {
     let mut buf = [0u8; 8192];
@@ -717,6 +729,18 @@ mod nice_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_note_may_name_its_launcher_and_nothing_else() {
+        use serde_json::json;
+        assert_eq!(note_of(&json!({"note": "compiled"})), Some("compiled"));
+        let launcher = json!({"note": "compiling", "launcher": ["*fp32", "i32"]});
+        assert_eq!(note_of(&launcher), Some("compiling"));
+        // Anything else beside it makes a reply (whose checks then apply), never a note.
+        assert_eq!(note_of(&json!({"note": "compiling", "ok": true})), None);
+        assert_eq!(note_of(&json!({"launcher": ["i32"]})), None);
+        assert_eq!(note_of(&json!({"note": 3})), None);
+    }
 
     #[test]
     fn this_process_is_alive_and_an_unused_pid_is_not() {

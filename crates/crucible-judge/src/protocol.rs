@@ -13,7 +13,10 @@
 //! `{"note": "compiling"}` before Triton compiles a kernel and `{"note": "compiled"}` after, and
 //! waits for `{"resumed": true}`: the judge lets its share of the GPU go while the compiler runs
 //! (other evaluations' timed phases need not wait for it) and takes it back before answering, so
-//! no kernel of the candidate runs without it. A note anywhere else is a protocol error.
+//! no kernel of the candidate runs without it. A note anywhere else is a protocol error. A
+//! `compiling` note before a kernel's launcher is built also names the launcher's argument
+//! types (`"launcher": ["*fp32", "i32", "constexpr"]`), which the judge may build into the next
+//! Triton seed (`triton_seed.rs`).
 //! [`NOTE_COMPILING`], [`NOTE_COMPILED`], [`resumed`].
 //!
 //! The same shapes are written to `python/crucible_harness/protocol.json` as JSON Schema

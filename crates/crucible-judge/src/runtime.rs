@@ -44,6 +44,10 @@ const HARNESS_FILES: &[(&str, &str)] = &[
         include_str!("../../../python/crucible_harness/zygote.py"),
     ),
     (
+        "triton_seed.py",
+        include_str!("../../../python/crucible_harness/triton_seed.py"),
+    ),
+    (
         "protocol.py",
         include_str!("../../../python/crucible_harness/protocol.py"),
     ),

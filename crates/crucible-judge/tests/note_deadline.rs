@@ -27,7 +27,7 @@ fn exchange(work_s: f64, judge_s: f64) -> Option<Result<Value, ChannelError>> {
         sandbox: None,
     })
     .expect("spawn");
-    let mut on_note = |note: &str| {
+    let mut on_note = |note: &str, _: &Value| {
         assert_eq!(note, "wait");
         std::thread::sleep(Duration::from_secs_f64(judge_s));
         Ok(Some(json!({"go": true})))

@@ -192,6 +192,9 @@ impl Engine {
             base.large_work_bytes = crucible_judge::large_work_bytes_for(memory);
             base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
         }
+        if device.is_gpu() {
+            base.launchers = Some(Arc::new(crucible_judge::LauncherSignatures::new()));
+        }
         let reaper = Arc::new(
             reaper::Reaper::start(tuning.probe.clone()).map_err(|source| EngineError::Io {
                 what: "starting the reaper thread",

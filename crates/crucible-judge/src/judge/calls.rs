@@ -48,7 +48,7 @@ pub(super) fn candidate_call<T: DeserializeOwned>(
     request: &CandidateRequest,
     timeout: Duration,
 ) -> Result<T, Stop> {
-    candidate_call_noting(candidate, stage, request, timeout, &mut |note: &str| {
+    candidate_call_noting(candidate, stage, request, timeout, &mut |note: &str, _| {
         Err(format!("a note ({note:?}) where none is expected"))
     })
 }
@@ -61,7 +61,7 @@ pub(super) fn candidate_call_noting<T: DeserializeOwned>(
     stage: &str,
     request: &CandidateRequest,
     timeout: Duration,
-    on_note: &mut dyn FnMut(&str) -> Result<Option<serde_json::Value>, String>,
+    on_note: &mut crate::process::NoteHandler<'_>,
 ) -> Result<T, Stop> {
     let failure = |class, message: String| {
         Stop::Candidate(Failure {

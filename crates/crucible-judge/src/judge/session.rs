@@ -500,8 +500,11 @@ impl Session {
                 && !eval.large_device_work
                 && start_precision_ahead(referee, eval, &trial, limit)?;
             let mut awaited = None;
-            let mut on_note = |note: &str| match note {
+            let mut on_note = |note: &str, message: &serde_json::Value| match note {
                 NOTE_COMPILING => {
+                    if let Some(launchers) = &eval.cfg.launchers {
+                        launchers.learn(message);
+                    }
                     if std::mem::take(&mut ahead) {
                         awaited = Some(await_precision_ahead(referee, limit));
                     }

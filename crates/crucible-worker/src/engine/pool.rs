@@ -9,7 +9,7 @@
 //! told to start them fresh; candidate processes are always started fresh, in their sandbox.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -26,6 +26,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(2);
 /// most of a warm worker's CPU use; at a lower priority it takes only what the evaluations in
 /// flight (compiling, running trials) leave, and a pair gets the judge's priority when taken.
 pub const POOL_NICE: i32 = 10;
+
+/// How often the seed's thread looks whether the pool is stopping, while it waits for launchers.
+const SEED_POLL: Duration = Duration::from_secs(1);
 
 struct State {
     ready: VecDeque<Workers>,
@@ -46,9 +49,31 @@ struct Shared {
     nice: i32,
     /// Whether referees are forked from a zygote rather than started fresh.
     fork_referees: bool,
-    /// Triton's CUDA utilities for every candidate's cache (GPU only), once built: pairs
-    /// started before that build their own.
-    triton_seed: OnceLock<Option<TritonSeed>>,
+    /// Triton's seed for every candidate's cache (GPU only: its CUDA utilities, its key, the
+    /// launchers candidates named so far), once built: pairs started before that build their
+    /// own. Replaced whole when a build with more launchers is done.
+    triton_seed: RwLock<Option<Arc<TritonSeed>>>,
+}
+
+impl Shared {
+    /// The seed new candidate processes start with, if one was built.
+    fn triton_seed(&self) -> Option<Arc<TritonSeed>> {
+        match self.triton_seed.read() {
+            Ok(seed) => seed.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set_triton_seed(&self, seed: Arc<TritonSeed>) {
+        match self.triton_seed.write() {
+            Ok(mut slot) => *slot = Some(seed),
+            Err(poisoned) => *poisoned.into_inner() = Some(seed),
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.state.lock().map_or(true, |state| state.stopping)
+    }
 }
 
 pub struct WarmPool {
@@ -98,16 +123,13 @@ impl WarmPool {
             warm_profiler,
             nice,
             fork_referees,
-            triton_seed: OnceLock::new(),
+            triton_seed: RwLock::new(None),
         });
         {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("crucible-triton-seed".into())
-                .spawn(move || {
-                    let seed = TritonSeed::build(&shared.runtime, shared.cfg.device);
-                    let _ = shared.triton_seed.set(seed);
-                })?;
+                .spawn(move || keep_triton_seed(&shared))?;
         }
         let refill = {
             let shared = Arc::clone(&shared);
@@ -236,10 +258,11 @@ fn refill(shared: &Shared) {
             }
         }
         // Spawned outside the lock: taking a pair never waits for a spawn.
+        let seed = shared.triton_seed();
         let prestart = Prestart {
             warm_profiler: shared.warm_profiler,
             referees: referees.as_ref(),
-            triton_seed: shared.triton_seed.get().and_then(Option::as_ref),
+            triton_seed: seed.as_deref(),
         };
         match Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart) {
             Ok(workers) => {
@@ -273,6 +296,28 @@ const WARM_UP_LIMIT: Duration = Duration::from_secs(20);
 
 /// How often the warm-up thread looks for a referee that has said hello.
 const WARM_UP_POLL: Duration = Duration::from_millis(20);
+
+/// Builds Triton's seed, then builds it again, from a copy of the last, whenever candidates'
+/// processes named launchers it lacks (`EvalConfig::launchers`), until the pool stops.
+fn keep_triton_seed(shared: &Shared) {
+    let Some(mut seed) = TritonSeed::build(&shared.runtime, shared.cfg.device).map(Arc::new) else {
+        return;
+    };
+    shared.set_triton_seed(Arc::clone(&seed));
+    let Some(launchers) = shared.cfg.launchers.clone() else {
+        return;
+    };
+    while !shared.stopping() {
+        let Some(listed) = launchers.wait_for_new(SEED_POLL) else {
+            continue;
+        };
+        let rebuilt = TritonSeed::rebuild(&shared.runtime, shared.cfg.device, Some(&seed), &listed);
+        if let Some(rebuilt) = rebuilt {
+            seed = Arc::new(rebuilt);
+            shared.set_triton_seed(Arc::clone(&seed));
+        }
+    }
+}
 
 /// Runs each waiting referee's warm-up ([`Workers::warm_referee`]) once it has said hello, under
 /// a share of the GPU from `gate`, so its kernels never run beside a timed phase. The pair is
