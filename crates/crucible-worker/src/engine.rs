@@ -293,6 +293,17 @@ impl Engine {
         self.pool.as_ref().map_or(0, WarmPool::started)
     }
 
+    /// Kernel launchers the candidates' processes named so far (kept for Triton's seed; 0 on
+    /// the CPU).
+    pub fn launchers_named(&self) -> usize {
+        self.base.launchers.as_ref().map_or(0, |l| l.len())
+    }
+
+    /// How many of those the newest Triton seed was built with (0 without one).
+    pub fn launchers_seeded(&self) -> usize {
+        self.pool.as_ref().map_or(0, WarmPool::launchers_seeded)
+    }
+
     /// Prestarted pairs the pool holds when idle (0 without a warm pool).
     pub fn pool_depth(&self) -> usize {
         self.pool.as_ref().map_or(0, WarmPool::depth)

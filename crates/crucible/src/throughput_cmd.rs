@@ -628,6 +628,9 @@ struct Measured {
     /// When untimed GPU work (trials, model builds) held its share of the GPU.
     untimed: Vec<(Instant, Instant)>,
     cache: (usize, usize),
+    /// Kernel launchers the candidates' processes named (kept for Triton's seed) by the end of
+    /// the batch, and how many of them the newest seed was built with.
+    launchers: (usize, usize),
     /// The machine's CPU use over the batch, where /proc/stat can be read.
     cpu: Option<CpuUse>,
     /// How much of the batch the machine's CPU was saturated (from readings every
@@ -964,6 +967,7 @@ fn run_mode(
     let batch_s = started.elapsed().as_secs_f64();
     let gpu = gpu_sampler.and_then(GpuBusySampler::finish);
     let readings = sampler.finish();
+    let launchers = (engine.launchers_named(), engine.launchers_seeded());
     drop(engine);
     let (seen, intervals, untimed) = recorder.recorded();
     let cache_hits = seen.iter().flat_map(|s| &s.cache_hits);
@@ -983,6 +987,7 @@ fn run_mode(
         intervals,
         untimed,
         cache: (hits, misses),
+        launchers,
         cpu: readings
             .first()
             .zip(readings.last())
@@ -1360,6 +1365,13 @@ impl Measured {
              {retried}",
             self.cache.0, self.cache.1
         );
+        if self.launchers.0 > 0 {
+            println!(
+                "  kernel launchers named by candidates' processes: {}, of which the newest \
+                 Triton seed was built with {}",
+                self.launchers.0, self.launchers.1
+            );
+        }
         self.print_process_cpu();
     }
 

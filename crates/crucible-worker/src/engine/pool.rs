@@ -83,6 +83,13 @@ pub struct WarmPool {
 }
 
 impl WarmPool {
+    /// How many launchers the newest Triton seed was built with (0 before the first build).
+    pub fn launchers_seeded(&self) -> usize {
+        self.shared
+            .triton_seed()
+            .map_or(0, |seed| seed.launchers().len())
+    }
+
     /// Starts the refill thread; the first pairs start at once. `warm_profiler`: candidate
     /// processes start the profiler before their hello (when correct ones will be timed on a
     /// GPU). `nice`: how much lower than the judge's the waiting pairs' CPU priority is
