@@ -379,10 +379,10 @@ class Referee:
 
 
 def warm_up(torch, device):
-    """Before the hello, in the warm pool: a first use, on small tensors, of what every trial
-    runs (drawing inputs, a matmul, poisoned slots, the comparison). A process's first launch of
-    each kernel loads its module and its first matmul creates cuBLAS's handle, which would
-    otherwise fall in the evaluation's first trial, under a share of the GPU."""
+    """After the hello, at the warm pool's request (`warm_up`): a first use, on small tensors, of
+    what every trial runs (drawing inputs, a matmul, poisoned slots, the comparison). A process's
+    first launch of each kernel loads its module and its first matmul creates cuBLAS's handle,
+    which would otherwise fall in the evaluation's first trial, under a share of the GPU."""
     if not device.startswith("cuda"):
         return
     # float32 only (what nearly every task outputs): the warm-up holds a share of the GPU, which

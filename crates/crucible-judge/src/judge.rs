@@ -894,10 +894,7 @@ impl Workers {
         timeout: Duration,
         waiting_nice: i32,
     ) -> Result<(), InfraError> {
-        if !self.referee_greeted {
-            hello("referee", &mut self.referee, timeout)?;
-            self.referee_greeted = true;
-        }
+        self.greet_referee(timeout)?;
         let group = self.referee.pid() as libc::pid_t;
         let judge_nice = crate::process::own_nice();
         let _share = share();
@@ -931,11 +928,17 @@ impl Workers {
     /// Waits for both hellos (the referee's unless it was read ahead). Failures before the
     /// candidate file is even loaded are the judge's.
     fn ready(&mut self, timeout: Duration) -> Result<(), Stop> {
+        self.greet_referee(timeout).map_err(Stop::Infra)?;
+        hello("candidate harness", &mut self.candidate, timeout).map_err(Stop::Infra)
+    }
+
+    /// Reads the referee's hello, once.
+    fn greet_referee(&mut self, timeout: Duration) -> Result<(), InfraError> {
         if !self.referee_greeted {
-            hello("referee", &mut self.referee, timeout).map_err(Stop::Infra)?;
+            hello("referee", &mut self.referee, timeout)?;
             self.referee_greeted = true;
         }
-        hello("candidate harness", &mut self.candidate, timeout).map_err(Stop::Infra)
+        Ok(())
     }
 }
 

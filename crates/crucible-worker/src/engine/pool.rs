@@ -164,8 +164,8 @@ impl WarmPool {
     }
 
     /// A started pair, if the pool holds one: the oldest whose referee has warmed up, else the
-    /// oldest that has said hello, else the oldest still starting (it is ready soonest); `None` makes the evaluation start its own. The
-    /// flag says whether the pair had said hello.
+    /// oldest that has said hello, else the oldest still starting (it is ready soonest); `None`
+    /// makes the evaluation start its own. The flag says whether the pair had said hello.
     pub fn take(&self) -> Option<(Workers, bool)> {
         let mut state = self.shared.state.lock().ok()?;
         state.ready.retain_mut(|workers| {
