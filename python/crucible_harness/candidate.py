@@ -8,6 +8,7 @@ Everything it reports is treated by the judge as a claim, not a fact.
 import collections
 import contextlib
 import functools
+import hashlib
 import os
 import sys
 import threading
@@ -87,9 +88,10 @@ class CompileNotes:
     this process runs without it. Nested and concurrent compiles make one note pair.
 
     Compiling is `JITFunction._do_compile` and, at a compiled kernel's first launch,
-    `CompiledKernel._init_handles`: Triton builds the kernel's C launcher there with gcc (0.2 to
-    0.9 s a candidate on an H200, `scripts/probe/compile_cost.py`) and loads the module; no
-    kernel runs in either."""
+    `CompiledKernel._init_handles` where its C launcher is not built yet: Triton builds it there
+    with gcc (0.2 to 0.9 s a candidate on an H200, `scripts/probe/compile_cost.py`) and loads
+    the module; no kernel runs in either. A launcher already built (by the seed, or for an
+    earlier kernel with the same argument types) is only loaded, under the share."""
 
     def __init__(self, chan):
         self.chan = chan
@@ -116,7 +118,11 @@ class CompileNotes:
         original_init = compiler.CompiledKernel._init_handles
 
         def _init_handles(self):
-            if self.module is not None:  # already loaded: a launch, not a build
+            # Already loaded (a launch), or the launcher is already built (the seed's, or one an
+            # earlier kernel of this process built, as every config of an autotuned kernel
+            # shares one): only a load follows, no build. A note would cost a round trip and the
+            # share taken again, behind any timed phase waiting for the GPU.
+            if self.module is not None or launcher_built(self):
                 return original_init(self)
             notes.enter(launcher=launcher_types(self))
             try:
@@ -169,6 +175,29 @@ def launcher_types(kernel):
     if not types or not all(isinstance(t, str) and not t.startswith("tensordesc") for t in types):
         return None
     return types
+
+
+def launcher_built(kernel):
+    """Whether the kernel's C launcher is already in this process's Triton cache, found there
+    as `CudaLauncher` finds it: by the hash of the source `make_launcher` generates. False
+    where that cannot be told: the note is then sent, as it always was."""
+    try:
+        import sysconfig
+
+        from triton.backends.nvidia import driver
+        from triton.runtime.build import platform_key
+        from triton.runtime.cache import get_cache_manager
+
+        src = kernel.src
+        constants = getattr(src, "constants", None) or {}
+        # As `CudaLauncher.__init__` keys them: constants by argument index.
+        constants = {((src.fn.arg_names.index(k),) if isinstance(k, str) else k): v for k, v in constants.items()}
+        source = driver.make_launcher(constants, dict(src.signature), getattr(kernel.metadata, "tensordesc_meta", None))
+        key = hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest()
+        name = "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX")
+        return get_cache_manager(key).get_file(name) is not None
+    except Exception:
+        return False
 
 
 class AutotunePrecompile:

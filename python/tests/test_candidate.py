@@ -1,6 +1,7 @@
 """The time-independent parts of the candidate process (candidate.py): the launch recorder under
 the Triton interpreter, failure classes, the reply shapes, and interval union."""
 
+import hashlib
 import threading
 
 import pytest
@@ -298,3 +299,67 @@ def test_a_launchers_build_is_noted_with_its_argument_types():
     kernel.metadata.tensordesc_meta = [{"block": [16]}]
     assert candidate.launcher_types(kernel) is None
     assert candidate.launcher_types(types.SimpleNamespace()) is None
+
+
+class JudgeStub(SentMessages):
+    def recv(self):
+        return {"resumed": True}
+
+
+def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch):
+    import sysconfig
+    import types
+
+    from triton.backends.nvidia import driver
+    from triton.compiler import ASTSource, compiler
+    from triton.runtime.build import platform_key
+    from triton.runtime.cache import get_cache_manager
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+
+    @triton.jit
+    def shift(x, out, n, by, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + i, tl.load(x + i, mask=i < n) + by, mask=i < n)
+
+    signature = {"x": "*fp32", "out": "*fp32", "n": "i32", "by": "fp32", "BLOCK": "constexpr"}
+
+    def compiled(block):
+        src = ASTSource(shift, signature, {"BLOCK": block})
+        return types.SimpleNamespace(src=src, metadata=types.SimpleNamespace(tensordesc_meta=None), module=None)
+
+    loads = []
+    monkeypatch.setattr(compiler.CompiledKernel, "_init_handles", lambda self: loads.append(self))
+    jit = types.SimpleNamespace(JITFunction=type("JITFunction", (), {"_do_compile": lambda self: None}))
+    judge = JudgeStub()
+    notes = candidate.CompileNotes(judge)
+    notes.install(jit)
+    first = compiled(64)
+    assert not candidate.launcher_built(first)
+    with notes.during():
+        compiler.CompiledKernel._init_handles(first)
+    assert judge.sent == [
+        {"note": "compiling", "launcher": candidate.launcher_types(first)},
+        {"note": "compiled"},
+    ]
+    # Built by the seed (`triton_seed.py`, from the noted types) or by that first launch: where
+    # Triton's `compile_module_from_src` puts it. Another config of the same kernel then only
+    # loads it, and a launch of a loaded kernel was never a build.
+    source = driver.make_launcher({}, dict(enumerate(candidate.launcher_types(first))), None)
+    key = hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest()
+    get_cache_manager(key).put(b"\x7fELF", "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX"), binary=True)
+    judge.sent.clear()
+    other = compiled(128)
+    assert candidate.launcher_built(other)
+    loaded = compiled(64)
+    loaded.module = object()
+    with notes.during():
+        compiler.CompiledKernel._init_handles(other)
+        compiler.CompiledKernel._init_handles(loaded)
+    assert judge.sent == []
+    assert loads == [first, other, loaded]
+    # Another argument type is another launcher: not built yet.
+    signature["by"] = "fp16"
+    assert not candidate.launcher_built(compiled(64))
+    # What cannot be told is noted, as before.
+    assert not candidate.launcher_built(types.SimpleNamespace())
