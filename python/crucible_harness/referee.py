@@ -380,7 +380,8 @@ class Referee:
 
 def warm_up(torch, device):
     """After the hello, at the warm pool's request (`warm_up`): a first use, on small tensors, of
-    what every trial runs (drawing inputs, a matmul, poisoned slots, the comparison). A process's
+    what every trial runs (drawing inputs, a matmul, poisoned slots, the comparison) and of a
+    precision measurement (`warm_up_precision`). A process's
     first launch of each kernel loads its module and its first matmul creates cuBLAS's handle,
     which would otherwise fall in the evaluation's first trial, under a share of the GPU."""
     if not device.startswith("cuda"):
@@ -394,7 +395,35 @@ def warm_up(torch, device):
     got.copy_(expected.clone())
     compare(torch, expected, got, 1e-2, 1e-2)
     common.differ_bitwise(torch, [(expected, got)])
+    try:
+        warm_up_precision(torch, device, a)
+    except Exception as exc:  # only a head start lost: the measurement meets it and reports it
+        print(f"precision warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     common.sync(torch, device)
+
+
+# Far beyond what a 64x64 measurement takes: it only guards against a stuck device.
+WARM_UP_PRECISION_BUDGET_S = 10.0
+
+
+def warm_up_precision(torch, device, x):
+    """A precision measurement of a small float32 linear layer on `x` (part of `warm_up`): its
+    float64 copies of a model and its inputs, the operand roundings and the statistics launch
+    kernels no trial launches, so the first measurement loaded their modules under trial 0's
+    share (its forwards, begun during the trial) and in the `precision` stage (its statistics),
+    which is the judge's time outside the trials. Returns what `precision.measure` returns."""
+    linear = torch.nn.Linear(x.shape[-1], x.shape[-1], device=device)
+    with torch.no_grad():
+        expected = [linear(x)]
+    return precision.measure(
+        torch,
+        linear,
+        [x],
+        expected,
+        [expected[0].clone()],
+        WARM_UP_PRECISION_BUDGET_S,
+        lambda: common.sync(torch, device),
+    )
 
 
 # --- generalization: which constants change, and to what ---------------------------------------

@@ -191,3 +191,17 @@ def test_a_failed_kept_trial_lets_its_precision_forwards_go(ref):
     assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"]  # NaN slots
     assert ref.ahead is None
     assert ref.measure_precision({"budget_s": 60})["unmeasured"] == "no passing trial was kept for the measurement"
+
+
+def test_the_precision_warm_up_is_a_whole_measurement():
+    # It runs on a GPU only (the warm pool's `warm_up`), through the same code as the CPU: a
+    # measurement that stopped short would leave its later kernels to the evaluation.
+    from crucible_harness import precision, referee
+
+    x = torch.randn(64, 64)
+    outputs, errors = referee.warm_up_precision(torch, "cpu", x)
+    assert len(outputs) == 1 and len(errors) == 1
+    emulated = {e["name"] for e in outputs[0]["emulations"]}
+    assert emulated == {name for name, *_ in precision.OPERAND_ROUNDINGS} | {
+        f"{name}+out" for name, _bits, _mode, with_output in precision.OPERAND_ROUNDINGS if with_output
+    } | {name for name, _ in precision.OUTPUT_ROUNDINGS}
