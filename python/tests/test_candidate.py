@@ -363,3 +363,30 @@ def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch
     assert not candidate.launcher_built(compiled(64))
     # What cannot be told is noted, as before.
     assert not candidate.launcher_built(types.SimpleNamespace())
+
+
+def test_a_compiled_kernel_finds_the_launcher_its_noted_types_build(tmp_path, monkeypatch):
+    # A real `CompiledKernel` (compiled for an H100/H200 target: no GPU is needed to compile):
+    # the lookup and the seed's build agree on its launcher.
+    import sysconfig
+
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia import driver
+    from triton.compiler import ASTSource
+    from triton.runtime.build import platform_key
+    from triton.runtime.cache import get_cache_manager
+    from triton.runtime.jit import JITFunction
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    # The tests run Triton's interpreter; the compiler wants the JIT's own function.
+    jitted = JITFunction(getattr(add_one, "fn", add_one))
+    kernel = triton.compile(ASTSource(jitted, signature, {"BLOCK": 64}), target=GPUTarget("cuda", 90, 32))
+    assert kernel.module is None  # compiled, never loaded: its first launch is ahead
+    assert not candidate.launcher_built(kernel)
+    types = candidate.launcher_types(kernel)
+    assert types == ["*fp32", "*fp32", "i32", "constexpr"]
+    source = driver.make_launcher({}, dict(enumerate(types)), None)
+    key = hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest()
+    get_cache_manager(key).put(b"\x7fELF", "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX"), binary=True)
+    assert candidate.launcher_built(kernel)
