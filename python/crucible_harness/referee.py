@@ -381,9 +381,9 @@ class Referee:
 def warm_up(torch, device):
     """After the hello, at the warm pool's request (`warm_up`): a first use, on small tensors, of
     what every trial runs (drawing inputs, a matmul, poisoned slots, the comparison) and of a
-    precision measurement (`warm_up_precision`). A process's
-    first launch of each kernel loads its module and its first matmul creates cuBLAS's handle,
-    which would otherwise fall in the evaluation's first trial, under a share of the GPU."""
+    precision measurement (`warm_up_precision`). A process's first launch of each kernel loads
+    its module and its first matmul creates cuBLAS's handle, which would otherwise fall in the
+    evaluation's first trial, under a share of the GPU."""
     if not device.startswith("cuda"):
         return
     # float32 only (what nearly every task outputs): the warm-up holds a share of the GPU, which
