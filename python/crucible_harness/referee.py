@@ -77,18 +77,31 @@ class Referee:
         return self.torch.cuda.use_mem_pool(self.share_pool)
 
     def prepare(self, msg):
-        """Draws fresh inputs for one trial, computes the expected outputs, and shares the inputs
-        plus NaN-poisoned output slots with the candidate."""
+        """Draws fresh inputs for one trial, computes the expected outputs, and shares copies of
+        the inputs plus NaN-poisoned output slots with the candidate.
+
+        The expected outputs and the pristine copy come from inputs drawn in memory the
+        candidate never maps. Over CUDA IPC what it maps is a copy, in segments that only ever
+        hold shared tensors: a segment of an earlier trial's, which a mapping kept past its
+        trial (with its reference count forged in /dev/shm) could still reach, may be reused
+        there, and anything written through it then changes only the candidate's own inputs,
+        which the check compares with the pristine copy."""
         torch = self.torch
         index = msg["trial"]
-        with self.shared_memory():
-            inputs = self.draw_inputs(msg["seed"])
-        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        drawn = self.draw_inputs(msg["seed"])
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in drawn]
         with torch.no_grad():
-            expected = common.as_output_list(torch, self.model(*inputs))
+            expected = common.as_output_list(torch, self.model(*drawn))
+        input_bytes = sum(x.numel() * x.element_size() for x in drawn if isinstance(x, torch.Tensor))
+        del drawn  # the forward may have changed it: the candidate gets the pristine values
         for out in expected:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
+        if self.share_pool is None:
+            inputs = pristine  # shm: `share_tensor` copies them into files of this trial's own
+        else:
+            with self.shared_memory():
+                inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
         common.sync(torch, self.device)
         # Large outputs are compared and measured by kernels that compile on a thread meanwhile.
         fused_stats.warm_in_background(torch, expected)
@@ -112,9 +125,12 @@ class Referee:
             )
         self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
-        held = [*inputs, *pristine, *expected, *(slot for slot, _ in slots)]
-        # What this trial holds, so the judge can keep two large trials apart on one device.
-        tensor_bytes = sum(x.numel() * x.element_size() for x in held if isinstance(x, torch.Tensor))
+        # What this trial holds, so the judge can keep two large trials apart on one device: the
+        # drawn inputs (freed, but cached by the allocator until the check), the pristine copy,
+        # the shared one over CUDA IPC, the expected outputs and the slots.
+        held = [*expected, *(slot for slot, _ in slots)]
+        copies = 2 if self.share_pool is None else 3
+        tensor_bytes = copies * input_bytes + sum(x.numel() * x.element_size() for x in held)
         return {"payload": payload, "tensor_bytes": tensor_bytes}
 
     def _slot_value(self, slot, desc):

@@ -205,3 +205,37 @@ def test_the_precision_warm_up_is_a_whole_measurement():
     assert emulated == {name for name, *_ in precision.OPERAND_ROUNDINGS} | {
         f"{name}+out" for name, _bits, _mode, with_output in precision.OPERAND_ROUNDINGS if with_output
     } | {name for name, _ in precision.OUTPUT_ROUNDINGS}
+
+
+def test_the_candidate_gets_the_inputs_as_drawn_even_where_the_reference_changes_its_own(tmp_path):
+    # The expected outputs come from inputs the candidate never maps, and what it is given is the
+    # pristine copy: a reference that works in place changes neither that nor the check's view.
+    task = write(
+        tmp_path / "in_place_task.py",
+        """
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x.mul_(2).add_(1)
+
+
+        def get_inputs():
+            return [torch.randn(6, 16)]
+
+
+        def get_init_inputs():
+            return []
+        """,
+    )
+    ref = started_referee(torch, tmp_path, task, init_seed=11)
+    reply = ref.prepare({"trial": "trial_0", "seed": 5})
+    _desc, inputs, slots = shared(reply["payload"])
+    torch.manual_seed(5)
+    drawn = torch.randn(6, 16)
+    assert torch.equal(inputs[0], drawn)
+    slots[0].copy_(drawn * 2 + 1)
+    checked = ref.check({"trial": "trial_0"})
+    assert checked["problems"] == [] and checked["mutated_inputs"] == []
