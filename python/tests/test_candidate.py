@@ -306,14 +306,24 @@ class JudgeStub(SentMessages):
         return {"resumed": True}
 
 
-def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch):
+def put_launcher(types):
+    """A launcher for these argument types, where Triton's `compile_module_from_src` keys it: by
+    the hash of the source the seed's build (`triton_seed.py`) generates from them."""
     import sysconfig
-    import types
 
     from triton.backends.nvidia import driver
-    from triton.compiler import ASTSource, compiler
     from triton.runtime.build import platform_key
     from triton.runtime.cache import get_cache_manager
+
+    source = driver.make_launcher({}, dict(enumerate(types)), None)
+    key = hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest()
+    get_cache_manager(key).put(b"\x7fELF", "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX"), binary=True)
+
+
+def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch):
+    import types
+
+    from triton.compiler import ASTSource, compiler
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
 
@@ -345,9 +355,7 @@ def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch
     # Built by the seed (`triton_seed.py`, from the noted types) or by that first launch: where
     # Triton's `compile_module_from_src` puts it. Another config of the same kernel then only
     # loads it, and a launch of a loaded kernel was never a build.
-    source = driver.make_launcher({}, dict(enumerate(candidate.launcher_types(first))), None)
-    key = hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest()
-    get_cache_manager(key).put(b"\x7fELF", "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX"), binary=True)
+    put_launcher(candidate.launcher_types(first))
     judge.sent.clear()
     other = compiled(128)
     assert candidate.launcher_built(other)
@@ -368,13 +376,8 @@ def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch
 def test_a_compiled_kernel_finds_the_launcher_its_noted_types_build(tmp_path, monkeypatch):
     # A real `CompiledKernel` (compiled for an H100/H200 target: no GPU is needed to compile):
     # the lookup and the seed's build agree on its launcher.
-    import sysconfig
-
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia import driver
     from triton.compiler import ASTSource
-    from triton.runtime.build import platform_key
-    from triton.runtime.cache import get_cache_manager
     from triton.runtime.jit import JITFunction
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
@@ -386,7 +389,5 @@ def test_a_compiled_kernel_finds_the_launcher_its_noted_types_build(tmp_path, mo
     assert not candidate.launcher_built(kernel)
     types = candidate.launcher_types(kernel)
     assert types == ["*fp32", "*fp32", "i32", "constexpr"]
-    source = driver.make_launcher({}, dict(enumerate(types)), None)
-    key = hashlib.sha256((source + platform_key()).encode("utf-8")).hexdigest()
-    get_cache_manager(key).put(b"\x7fELF", "__triton_launcher" + sysconfig.get_config_var("EXT_SUFFIX"), binary=True)
+    put_launcher(types)
     assert candidate.launcher_built(kernel)
