@@ -36,7 +36,7 @@
 //! shrink to three quarters of the witnesses without being caught; and where the forward is
 //! launch-bound, honest windows are 1.1 to 2.9 times the synchronized witness, so a claim made
 //! just above the bound may still be up to about three times too fast. All are recorded in
-//! ARCHITECTURE.md. No I/O.
+//! ARCHITECTURE.md and docs/design-notes.md ("Timing witnesses"). No I/O.
 
 use crucible_result::{Finding, Severity, Stats};
 

@@ -3,7 +3,8 @@
 //! The key ([`ReferenceKey`]) holds everything a reference timing depends on; an entry is
 //! served until it is older than `max_age` or has been served `remeasure_every` times, and then
 //! the next evaluation times the reference itself and replaces it. Why serving it is sound:
-//! ARCHITECTURE.md, "Reference timing cache".
+//! ARCHITECTURE.md, "Reference timing cache"; in full, docs/design-notes.md, "Reference
+//! timings".
 
 use std::collections::HashMap;
 use std::sync::Mutex;
