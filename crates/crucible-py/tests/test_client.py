@@ -114,11 +114,13 @@ def test_requests_match_the_served_openapi_document(client):
         "/v1/tasks/{id}",
         "/v1/tasks/{id}/cancel",
         "/v1/batches/{id}",
+        "/v1/batches/{id}/cancel",
         "/v1/batches/{id}/events",
     ):
         assert path in doc["paths"], path
     assert set(schemas["BatchSubmitted"]["required"]) == {"batch_id", "task_ids"}
     assert {"id", "cancelled", "state"} <= set(schemas["CancelOutcome"]["required"])
+    assert {"id", "cancelled", "counts"} <= set(schemas["BatchCancelOutcome"]["required"])
 
 
 def test_submit_and_wait_gives_the_judges_result(client):
@@ -172,6 +174,31 @@ def test_cancel(client):
     assert client.wait(busy, timeout_s=60)["state"] == "cancelled"
     again = client.cancel(queued)
     assert again["cancelled"] is False and again["state"] == "cancelled"
+
+
+def test_cancel_batch(client):
+    # Two slow candidates on one slot: the first runs (mid-trial), the second waits; one call
+    # cancels both, and the worker is free for the next task.
+    specs = [relu_spec(candidate=SLOW + f"\n# batch {i}\n", cache=False) for i in range(2)]
+    reply = client.submit_batch(specs)
+    running, queued = reply["task_ids"]
+    deadline = time.monotonic() + 60
+    while client.task(running)["state"] != "running":
+        assert time.monotonic() < deadline, client.task(running)
+        time.sleep(0.1)
+    assert client.task(queued)["state"] == "queued"
+    outcome = client.cancel_batch(reply["batch_id"])
+    assert outcome["id"] == reply["batch_id"] and outcome["cancelled"] == 2, outcome
+    assert outcome["counts"]["cancelled"] == 2 and outcome["counts"]["running"] == 0, outcome
+    assert client.wait(running, timeout_s=60)["state"] == "cancelled"
+    assert client.cancel_batch(reply["batch_id"])["cancelled"] == 0
+    record = client.wait(
+        client.submit(**_args(relu_spec(candidate="def broken(:\n"))), timeout_s=120
+    )
+    assert record["result"]["verdict"] == "compile_error"
+    with pytest.raises(ServiceError) as e:
+        client.cancel_batch("01234567-89ab-cdef-0123-456789abcdef")
+    assert e.value.status == 404
 
 
 def test_http_errors_raise_without_retrying(server):

@@ -134,6 +134,13 @@ impl Store {
         dispatch!(self, s => s.cancel(id))
     }
 
+    /// Cancels every queued or running task of a batch, as [`Store::cancel`] does each, in
+    /// submission order; returns how many. Terminal tasks stay as they are; a cancelled
+    /// leader's duplicates in other batches get a new leader. 0 for an unknown batch.
+    pub fn cancel_batch(&self, id: &str) -> Result<u64> {
+        dispatch!(self, s => s.cancel_batch(id))
+    }
+
     /// Takes the next task for a worker: highest priority first; among the clients of that
     /// priority the one with the fewest tasks running, then the one served least recently;
     /// that client's oldest task. Also re-queues tasks whose lease expired (at most once a

@@ -310,6 +310,23 @@ if (not t[2]) or t[2] == '' then release(id) end
 return 1
 "#;
 
+/// Cancels every unfinished task listed, in order (as FINISH with no token and no result).
+/// ARGV: P, now, ids... Returns how many it ended.
+const CANCEL_MANY: &str = r#"
+local now, n = ARGV[2], 0
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  -- Read again for each: cancelling a leader may have handed its followers to a later one.
+  local t = redis.call('HMGET', tkey(id), 'state', 'shared_with')
+  if unfinished(t[1]) then
+    finish(id, 'cancelled', nil, now)
+    if (not t[2]) or t[2] == '' then release(id) end
+    n = n + 1
+  end
+end
+return n
+"#;
+
 /// Deletes finished tasks. ARGV: P, ids...
 const PURGE: &str = r#"
 local n = 0
@@ -344,6 +361,7 @@ pub(crate) struct Scripts {
     pub complete: redis::Script,
     pub requeue: redis::Script,
     pub finish: redis::Script,
+    pub cancel_many: redis::Script,
     pub purge: redis::Script,
     pub drop_orphan: redis::Script,
 }
@@ -358,6 +376,7 @@ impl Scripts {
             complete: script(COMPLETE),
             requeue: script(REQUEUE),
             finish: script(FINISH),
+            cancel_many: script(CANCEL_MANY),
             purge: script(PURGE),
             drop_orphan: script(DROP_ORPHAN),
         }

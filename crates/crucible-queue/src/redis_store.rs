@@ -19,6 +19,8 @@ use crate::{QueueError, Result, new_id, now_unix};
 /// Tasks per submit script call: big enough to amortize the call, small enough that one call
 /// never holds Redis for long.
 const SUBMIT_CHUNK: usize = 500;
+/// Tasks a batch cancel ends in one script.
+const CANCEL_SLICE: usize = 500;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for one reply (a 10k-task submit pipeline takes about a second).
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -292,12 +294,17 @@ impl RedisStore {
     /// See [`crate::Store::batch`].
     pub fn batch(&self, id: &str) -> Result<Vec<TaskRecord>> {
         let mut con = self.con()?;
-        let ids: Vec<String> = redis::cmd("ZRANGE")
+        let ids = self.batch_ids(&mut con, id)?;
+        self.records(&mut con, &ids)
+    }
+
+    /// A batch's task ids, in submission order.
+    fn batch_ids(&self, con: &mut Connection, id: &str) -> Result<Vec<String>> {
+        Ok(redis::cmd("ZRANGE")
             .arg(self.key(&format!("batch:{id}")))
             .arg(0)
             .arg(-1)
-            .query(&mut *con)?;
-        self.records(&mut con, &ids)
+            .query(&mut *con)?)
     }
 
     /// Ends an unfinished task without an evaluation (cancel, timeout, infra_error).
@@ -329,6 +336,26 @@ impl RedisStore {
     pub fn cancel(&self, id: &str) -> Result<bool> {
         let mut con = self.con()?;
         self.finish(&mut con, id, "", TaskState::Cancelled, None)
+    }
+
+    /// See [`crate::Store::cancel_batch`]. One script per slice of the batch, so a batch of
+    /// many thousands never holds the server for long; each task's cancel is atomic.
+    pub fn cancel_batch(&self, id: &str) -> Result<u64> {
+        let mut con = self.con()?;
+        let ids = self.batch_ids(&mut con, id)?;
+        let mut cancelled = 0;
+        for slice in ids.chunks(CANCEL_SLICE) {
+            let ended: u64 = self
+                .scripts
+                .cancel_many
+                .prepare_invoke()
+                .arg(self.prefix())
+                .arg(now_unix())
+                .arg(slice)
+                .invoke(&mut *con)?;
+            cancelled += ended;
+        }
+        Ok(cancelled)
     }
 
     /// See [`crate::Store::claim`].

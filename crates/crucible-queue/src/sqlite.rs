@@ -262,6 +262,21 @@ fn finish(
     Ok(())
 }
 
+/// Cancels one task unless it is unknown or terminal; a leader's followers get a new leader.
+fn cancel_one(tx: &Transaction<'_>, id: &str, now: f64) -> Result<bool> {
+    let Some(row) = load_row(tx, id)? else {
+        return Ok(false);
+    };
+    if row.state.is_terminal() {
+        return Ok(false);
+    }
+    finish(tx, &row, TaskState::Cancelled, None, now)?;
+    if row.shared_with.is_none() {
+        release_followers(tx, &row.id)?;
+    }
+    Ok(true)
+}
+
 /// The followers of a leader that are still waiting on it, in submission order.
 fn followers(tx: &Transaction<'_>, leader: &str) -> Result<Vec<TaskRow>> {
     let sql = format!(
@@ -430,18 +445,27 @@ impl SqliteStore {
     /// See [`crate::Store::cancel`].
     pub fn cancel(&self, id: &str) -> Result<bool> {
         let now = now_unix();
+        self.write(|tx| cancel_one(tx, id, now))
+    }
+
+    /// See [`crate::Store::cancel_batch`]. One transaction for the whole batch.
+    pub fn cancel_batch(&self, id: &str) -> Result<u64> {
+        let now = now_unix();
         self.write(|tx| {
-            let Some(row) = load_row(tx, id)? else {
-                return Ok(false);
-            };
-            if row.state.is_terminal() {
-                return Ok(false);
+            let ids = tx
+                .prepare_cached(
+                    "SELECT id FROM tasks WHERE batch = ?1 AND state IN ('queued', 'running')
+                     ORDER BY seq",
+                )?
+                .query_map([id], |row| row.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut cancelled = 0;
+            // One at a time, each read again: cancelling a leader hands its followers (some
+            // of them perhaps later in this batch) to the first of them.
+            for task in &ids {
+                cancelled += u64::from(cancel_one(tx, task, now)?);
             }
-            finish(tx, &row, TaskState::Cancelled, None, now)?;
-            if row.shared_with.is_none() {
-                release_followers(tx, &row.id)?;
-            }
-            Ok(true)
+            Ok(cancelled)
         })
     }
 

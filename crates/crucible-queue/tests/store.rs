@@ -238,6 +238,49 @@ fn cancel(f: &Fixture) {
     assert_eq!((stats.cancelled, stats.queued, stats.running), (2, 0, 0));
 }
 
+fn cancel_batch(f: &Fixture) {
+    let store = f.open();
+    // a (will run), b (will be done), c, y, and y again: a duplicate following y in the batch.
+    let names = ["a", "b", "c", "y", "y"];
+    let ids = store
+        .submit(Some("b"), names.iter().map(|n| spec(n, "c", 0)).collect())
+        .unwrap();
+    // Another batch's duplicate of `a` follows it.
+    let elsewhere = store.submit(Some("o"), vec![spec("a", "d", 0)]).unwrap();
+    let running = claim(&store, "w").unwrap();
+    assert_eq!(running.task_id, ids[0]);
+    let finished = claim(&store, "w").unwrap();
+    assert_eq!(finished.task_id, ids[1]);
+    assert!(store.complete(&finished, result("correct", &[])).unwrap());
+
+    assert_eq!(store.cancel_batch("b").unwrap(), 4, "a, c and both y");
+    let states: Vec<_> = ids.iter().map(|id| state_of(&store, id)).collect();
+    use TaskState::{Cancelled, Done};
+    assert_eq!(states, [Cancelled, Done, Cancelled, Cancelled, Cancelled]);
+    assert!(
+        !store.complete(&running, result("correct", &[])).unwrap(),
+        "a cancelled task's worker has its result refused"
+    );
+    assert_eq!(
+        store.cancel_batch("b").unwrap(),
+        0,
+        "nothing left to cancel"
+    );
+    assert_eq!(store.cancel_batch("no-such-batch").unwrap(), 0);
+
+    // The other batch's task took over from its cancelled leader and is judged.
+    let lease = claim(&store, "w").expect("the duplicate elsewhere leads now");
+    assert_eq!(lease.task_id, elsewhere[0]);
+    assert!(
+        claim(&store, "w").is_none(),
+        "nothing of batch b is delivered"
+    );
+    assert!(store.complete(&lease, result("correct", &[])).unwrap());
+    assert_eq!(state_of(&store, &elsewhere[0]), Done);
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.cancelled, stats.queued, stats.running), (4, 0, 0));
+}
+
 fn deadline_gives_timeout_result(f: &Fixture) {
     let store = f.open();
     // Deadlines long enough that a loaded machine still claims before them.
@@ -966,6 +1009,7 @@ suite!(
     lease_expiry_redelivers_and_refuses_stale_complete,
     claim_reclaims_expired_leases_by_itself,
     cancel,
+    cancel_batch,
     deadline_gives_timeout_result,
     overdue_task_is_never_delivered,
     retries_end_in_infra_error,

@@ -222,6 +222,17 @@ pub struct CancelOutcome {
     pub state: TaskStateView,
 }
 
+/// The answer to a batch's cancel.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchCancelOutcome {
+    pub id: String,
+    /// How many of its tasks this call cancelled (queued or running ones; the rest were
+    /// already terminal).
+    pub cancelled: u64,
+    /// Its tasks' states afterwards.
+    pub counts: StateCounts,
+}
+
 /// `?wait=SECONDS`: hold the request until the task is terminal or this long has passed.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

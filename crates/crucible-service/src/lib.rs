@@ -89,6 +89,7 @@ pub fn router(store: Arc<Store>, config: ServiceConfig) -> Router {
         .route("/v1/tasks/{id}", get(routes::get_task))
         .route("/v1/tasks/{id}/cancel", post(routes::cancel_task))
         .route("/v1/batches/{id}", get(routes::get_batch))
+        .route("/v1/batches/{id}/cancel", post(routes::cancel_batch))
         .route("/v1/batches/{id}/events", get(events::batch_events))
         .route("/v1/workers", get(routes::list_workers))
         .route(

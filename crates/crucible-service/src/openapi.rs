@@ -4,8 +4,9 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use crate::api::{
-    BatchSubmission, BatchSubmitted, BatchView, CancelOutcome, Health, InFlightView,
-    JudgeOptionsBody, StateCounts, Submitted, TaskStateView, TaskSubmission, TaskView, WorkerView,
+    BatchCancelOutcome, BatchSubmission, BatchSubmitted, BatchView, CancelOutcome, Health,
+    InFlightView, JudgeOptionsBody, StateCounts, Submitted, TaskStateView, TaskSubmission,
+    TaskView, WorkerView,
 };
 use crate::error::{ErrorBody, ErrorDetail};
 
@@ -18,6 +19,7 @@ use crate::error::{ErrorBody, ErrorDetail};
         crate::routes::get_task,
         crate::routes::cancel_task,
         crate::routes::get_batch,
+        crate::routes::cancel_batch,
         crate::events::batch_events,
         crate::routes::list_workers,
         crate::routes::healthz,
@@ -25,7 +27,7 @@ use crate::error::{ErrorBody, ErrorDetail};
     ),
     components(schemas(
         TaskSubmission, JudgeOptionsBody, BatchSubmission, Submitted, BatchSubmitted, TaskView,
-        TaskStateView, StateCounts, BatchView, CancelOutcome, WorkerView, InFlightView, Health,
+        TaskStateView, StateCounts, BatchView, CancelOutcome, BatchCancelOutcome, WorkerView, InFlightView, Health,
         ErrorBody, ErrorDetail
     )),
     modifiers(&BearerAuth),

@@ -14,8 +14,9 @@ use serde::de::DeserializeOwned;
 
 use crate::AppState;
 use crate::api::{
-    ANONYMOUS, BatchSubmission, BatchSubmitted, BatchView, CancelOutcome, Health, StateCounts,
-    Submitted, TaskSubmission, TaskView, WaitQuery, WorkerView, check_name, to_spec,
+    ANONYMOUS, BatchCancelOutcome, BatchSubmission, BatchSubmitted, BatchView, CancelOutcome,
+    Health, StateCounts, Submitted, TaskSubmission, TaskView, WaitQuery, WorkerView, check_name,
+    to_spec,
 };
 use crate::error::{ApiError, ErrorBody};
 
@@ -249,6 +250,30 @@ pub async fn get_batch(
         finished: tasks.iter().all(|t| t.state.is_terminal()),
         counts,
         tasks,
+    }))
+}
+
+/// Cancel every queued or running task of a batch; terminal ones stay as they are.
+#[utoipa::path(post, path = "/v1/batches/{id}/cancel",
+    params(("id" = String, Path, description = "batch id")),
+    responses(
+        (status = 200, description = "the outcome", body = BatchCancelOutcome),
+        (status = 404, description = "no such batch", body = ErrorBody),
+        (status = 401, description = "missing or wrong bearer token", body = ErrorBody),
+        (status = 503, description = "store unavailable", body = ErrorBody)),
+    tag = "batches")]
+pub async fn cancel_batch(
+    State(app): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Json<BatchCancelOutcome>, ApiError> {
+    let id = parse_batch_id(path)?;
+    // An unknown batch cancels nothing, and then reads as a 404.
+    let cancelled = app.store.cancel_batch(id.clone()).await?;
+    let tasks = batch_tasks(&app, &id).await?;
+    Ok(Json(BatchCancelOutcome {
+        id: id.to_string(),
+        cancelled,
+        counts: StateCounts::of(&tasks),
     }))
 }
 

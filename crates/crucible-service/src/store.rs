@@ -50,6 +50,10 @@ impl StoreHandle {
         self.call(move |s| s.cancel(&id)).await
     }
 
+    pub async fn cancel_batch(&self, id: BatchId) -> Result<u64, ApiError> {
+        self.call(move |s| s.cancel_batch(&id)).await
+    }
+
     pub async fn workers(&self) -> Result<Vec<WorkerStatus>, ApiError> {
         self.call(|s| s.workers()).await
     }

@@ -328,6 +328,28 @@ fn cancel_deadline_and_bad_requests_without_workers() {
     let (_, again) = server.post(&format!("/v1/tasks/{id}/cancel"), &json!({}));
     assert_eq!(again["cancelled"], false, "already terminal");
 
+    // A whole batch: the task cancelled on its own is not counted again.
+    let body =
+        json!({"tasks": [builtin("03_bias_add_mul"), builtin("04_row_sum"), builtin("16_swish")]});
+    let (_, batch) = server.post("/v1/batches", &body);
+    let batch_id = batch["batch_id"].as_str().expect("a batch id");
+    let first = batch["task_ids"][0].as_str().expect("a task id");
+    server.post(&format!("/v1/tasks/{first}/cancel"), &json!({}));
+    let (status, outcome) = server.post(&format!("/v1/batches/{batch_id}/cancel"), &json!({}));
+    assert_eq!(status, StatusCode::OK, "{outcome}");
+    assert_eq!(outcome["cancelled"], 2, "{outcome}");
+    assert_eq!(outcome["counts"]["cancelled"], 3, "{outcome}");
+    assert_eq!(outcome["counts"]["queued"], 0, "{outcome}");
+    let (_, again) = server.post(&format!("/v1/batches/{batch_id}/cancel"), &json!({}));
+    assert_eq!(again["cancelled"], 0, "{again}");
+    let (_, health) = server.get("/healthz");
+    assert_eq!(health["queue_depth"], 0, "{health}");
+    let (status, _) = server.post(
+        "/v1/batches/01234567-89ab-cdef-0123-456789abcdef/cancel",
+        &json!({}),
+    );
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
     let mut short = builtin("02_gelu_tanh");
     short["deadline_s"] = json!(1.0);
     let (_, submitted) = server.post("/v1/tasks", &short);

@@ -108,6 +108,11 @@ class Client:
         when the task was already terminal)."""
         return self._request("POST", f"/v1/tasks/{task_id}/cancel")
 
+    def cancel_batch(self, batch_id: str) -> dict:
+        """POST /v1/batches/{id}/cancel: ``{"id", "cancelled", "counts"}``: every queued or
+        running task of the batch is cancelled (``cancelled`` counts them; terminal ones stay)."""
+        return self._request("POST", f"/v1/batches/{batch_id}/cancel")
+
     def openapi(self) -> dict:
         """The service's OpenAPI document (GET /v1/openapi.json)."""
         return self._request("GET", "/v1/openapi.json")
