@@ -44,7 +44,7 @@ fn reduce(result: &EvalResult, basis: SpeedupBasis) -> PyResult<Scored> {
             let flagged = result.findings.iter().any(|f| f.severity == Severity::Flag);
             Ok(Some((o, flagged)))
         }
-        Err(crucible_rl::Error::InfraError) => Ok(None),
+        Err(crucible_rl::Error::InfraError | crucible_rl::Error::NotJudged) => Ok(None),
         Err(e) => Err(value_error(e)),
     }
 }

@@ -142,6 +142,17 @@ def test_long_poll_returns_when_the_task_is_terminal(client):
     assert record["result"]["verdict"] == "compile_error"
 
 
+def test_a_passed_deadline_is_a_timeout_with_no_reward(client):
+    # Past its deadline before any worker could start it: the service's `timeout`, which says
+    # nothing of the candidate, so no recipe scores it (like an `infra_error`).
+    task_id = client.submit(**_args(relu_spec(deadline_s=0.001, cache=False)))
+    record = client.wait(task_id, timeout_s=60)
+    assert record["state"] == "timeout" and record["result"]["verdict"] == "timeout", record
+    assert record["result"]["failure"]["stage"] == "queue"
+    for recipe in crucible.RECIPES:
+        assert crucible.Recipe(recipe).reward(record["result"]) is None, recipe
+
+
 def test_batch_submit_and_stream(client):
     specs = [relu_spec(), relu_spec(candidate=solution("02_gelu_tanh", "wrong"))]
     reply = client.submit_batch(specs)

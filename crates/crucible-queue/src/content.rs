@@ -5,7 +5,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crucible_result::{
-    Env, EvalResult, Failure, FailureClass, FileRef, SCHEMA, Seeds, Stage, StageStatus, Tolerance,
+    DEADLINE_STAGE_QUEUED, DEADLINE_STAGE_RUNNING, Env, EvalResult, Failure, FailureClass, FileRef,
+    SCHEMA, Seeds, Stage, StageStatus, Tolerance,
 };
 
 use crate::types::{JudgeOptions, TaskSpec};
@@ -150,9 +151,9 @@ fn store_result(
 pub fn timeout_result(spec: &TaskSpec, waited_s: f64, was_running: bool) -> serde_json::Value {
     let deadline = spec.deadline_s.unwrap_or(0.0);
     let (stage, where_) = if was_running {
-        ("evaluation", "while a worker was evaluating it")
+        (DEADLINE_STAGE_RUNNING, "while a worker was evaluating it")
     } else {
-        ("queue", "before any worker started it")
+        (DEADLINE_STAGE_QUEUED, "before any worker started it")
     };
     let message = format!(
         "deadline passed: the task asked for a result within {deadline} s of submission and \
@@ -206,6 +207,9 @@ mod tests {
         let doc = timeout_result(&spec, 2.5, false);
         let parsed: EvalResult = serde_json::from_value(doc.clone()).unwrap();
         assert_eq!(parsed.verdict, crucible_result::Verdict::Timeout);
+        assert!(parsed.deadline_passed(), "the candidate was not judged");
+        let running: EvalResult = serde_json::from_value(timeout_result(&spec, 2.5, true)).unwrap();
+        assert!(running.deadline_passed());
         assert_eq!(parsed.failure.unwrap().class, FailureClass::Timeout);
         assert_eq!(verdict_of(&doc), Some("timeout"));
         assert!(!is_cacheable(&doc));

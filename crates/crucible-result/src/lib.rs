@@ -598,7 +598,24 @@ pub struct EvalResult {
     pub wall_s: f64,
 }
 
+/// The failure stages of the `timeout` result the service writes when a task's deadline passed
+/// before any worker started it, and while a worker was evaluating it. Either way the candidate
+/// was not judged. The judge's own stages (docs/result-schema.md) never take these names.
+pub const DEADLINE_STAGE_QUEUED: &str = "queue";
+pub const DEADLINE_STAGE_RUNNING: &str = "evaluation";
+
 impl EvalResult {
+    /// Whether this is the service's `timeout` for a task whose deadline passed: no verdict on
+    /// the candidate (like an `infra_error`, it has no reward), unlike a `timeout` of the judge's
+    /// own stage deadlines, which the candidate's code ran into.
+    pub fn deadline_passed(&self) -> bool {
+        self.verdict == Verdict::Timeout
+            && self.failure.as_ref().is_some_and(|f| {
+                f.class == FailureClass::Timeout
+                    && [DEADLINE_STAGE_QUEUED, DEADLINE_STAGE_RUNNING].contains(&f.stage.as_str())
+            })
+    }
+
     /// The most severe finding, if any.
     pub fn worst_severity(&self) -> Option<Severity> {
         self.findings.iter().map(|f| f.severity).max()

@@ -12,6 +12,12 @@ pub enum Error {
         "the judge failed on this sample (verdict infra_error); drop the sample, do not score it"
     )]
     InfraError,
+    /// The service's `timeout` for a task whose deadline passed before its evaluation ended:
+    /// the candidate was not judged, so, like an `infra_error`, the sample has no reward.
+    #[error(
+        "the task's deadline passed before the judge finished (a service timeout, not the candidate's); drop the sample, do not score it"
+    )]
+    NotJudged,
     #[error(
         "unknown reward recipe `{0}` (expected one of: drkernel, weighted, tiered, hierarchical)"
     )]

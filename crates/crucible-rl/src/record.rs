@@ -91,7 +91,7 @@ pub fn turn_inputs(
                     let basis = recipe.map(Recipe::speedup_basis).unwrap_or_default();
                     match Outcome::from_result_with(&result, basis) {
                         Ok(o) => Some(Ok(o)),
-                        Err(Error::InfraError) => Some(Err(())),
+                        Err(Error::InfraError | Error::NotJudged) => Some(Err(())),
                         Err(e) => return Err(e),
                     }
                 }

@@ -90,8 +90,9 @@ pub struct Outcome {
 
 impl Outcome {
     /// Classifies `result`, with the default (matched) speedup. Fails with
-    /// [`Error::InfraError`] for `infra_error`, before looking at anything else, so that a judge
-    /// failure is never charged to the candidate.
+    /// [`Error::InfraError`] for `infra_error`, and [`Error::NotJudged`] for the service's
+    /// deadline `timeout`, before looking at anything else, so that neither is ever charged to
+    /// the candidate.
     pub fn from_result(result: &EvalResult) -> Result<Outcome> {
         Outcome::from_result_with(result, SpeedupBasis::default())
     }
@@ -100,6 +101,7 @@ impl Outcome {
     pub fn from_result_with(result: &EvalResult, basis: SpeedupBasis) -> Result<Outcome> {
         let kind = match result.verdict {
             Verdict::InfraError => return Err(Error::InfraError),
+            Verdict::Timeout if result.deadline_passed() => return Err(Error::NotJudged),
             _ if is_hack(result) => Kind::Hack,
             Verdict::CompileError => Kind::CompileError,
             Verdict::RuntimeError | Verdict::Timeout | Verdict::Crashed => Kind::RuntimeFailure,
@@ -815,6 +817,34 @@ pub(crate) mod tests {
             let err = Recipe::from_name(name).unwrap().reward(&infra).unwrap_err();
             assert!(matches!(err, Error::InfraError), "{name}");
         }
+    }
+
+    #[test]
+    fn a_service_deadline_is_never_scored_but_a_judge_timeout_is() {
+        let timed_out = |stage: &str| {
+            let mut r = result(Verdict::Timeout, None, None);
+            r.failure = Some(crucible_result::Failure {
+                class: crucible_result::FailureClass::Timeout,
+                stage: stage.to_string(),
+                message: "deadline".into(),
+            });
+            r
+        };
+        for stage in [
+            crucible_result::DEADLINE_STAGE_QUEUED,
+            crucible_result::DEADLINE_STAGE_RUNNING,
+        ] {
+            for name in Recipe::NAMES {
+                let err = Recipe::from_name(name)
+                    .unwrap()
+                    .reward(&timed_out(stage))
+                    .unwrap_err();
+                assert!(matches!(err, Error::NotJudged), "{name} {stage}");
+            }
+        }
+        // The candidate's own code ran into a stage deadline: charged.
+        let judged = Outcome::from_result(&timed_out("trial_0")).unwrap();
+        assert_eq!(judged.kind, Kind::RuntimeFailure);
     }
 
     #[test]
