@@ -16,6 +16,7 @@ import crucible
 import pytest
 from conftest import REPO, solution
 from crucible.client import AsyncClient, Client, ServiceError, task_spec
+from crucible.scoring import KernelScorer
 
 TOKEN = "test-token-123"
 # An honest ReLU whose `forward` then sleeps: it passes the static verifier (a candidate without a
@@ -210,6 +211,94 @@ def test_cancel_batch(client):
     with pytest.raises(ServiceError) as e:
         client.cancel_batch("01234567-89ab-cdef-0123-456789abcdef")
     assert e.value.status == 404
+
+
+def _jobs():
+    tasks = crucible.builtin_tasks()
+    return [
+        ("01_relu", tasks["01_relu"], solution("01_relu")),
+        ("02_gelu_tanh", tasks["02_gelu_tanh"], solution("02_gelu_tanh", "wrong")),
+        ("16_swish", tasks["16_swish"], "def broken(:\n"),
+    ]
+
+
+def test_service_judge_gives_the_in_process_judges_verdicts(server, judge):
+    remote = crucible.make_judge(service=server.url, token=TOKEN, trials=2, seed=7, cache=False)
+    got, local = remote.evaluate_many(_jobs()), judge.evaluate_many(_jobs())
+    assert [r.verdict for r in got] == ["correct", "incorrect", "compile_error"]
+    assert [r.verdict for r in got] == [r.verdict for r in local]
+    # Same seed, same CPU: the same trials, element for element.
+    assert [r.to_dict()["trials"] for r in got] == [r.to_dict()["trials"] for r in local]
+    one = remote.evaluate(*_jobs()[0][1:], task_name="01_relu")
+    assert one.verdict == "correct" and one.task_name == "01_relu"
+
+
+def test_trainer_rewards_through_the_service(server, judge):
+    from crucible.integrations.trl import KernelReward
+
+    names = [name for name, _task, _code in _jobs()] + ["16_swish"]
+    completions = [f"```python\n{code}\n```" for _name, _task, code in _jobs()] + ["no code"]
+    remote = KernelReward(service=server.url, token=TOKEN, recipe="tiered", trials=2, seed=7)
+    local = KernelReward(judge=judge, recipe="tiered")
+    rewards = remote(task=names, completions=completions)
+    assert rewards == local(task=names, completions=completions)
+    assert rewards[-1] == remote.recipe.void_reward and remote.summary()["verdict/correct"] == 1
+
+
+def test_verl_reward_function_through_the_service(server, judge, monkeypatch):
+    from crucible.integrations import verl
+
+    monkeypatch.setenv("CRUCIBLE_SERVICE", server.url)
+    monkeypatch.setenv("CRUCIBLE_TOKEN", TOKEN)
+    monkeypatch.setattr(verl, "_scorer", None)
+    assert isinstance(verl.scorer().judge, crucible.ServiceJudge)
+    completion = f"```python\n{solution('01_relu')}\n```"
+    score = verl.compute_score("kernels", completion, "01_relu")
+    assert score == KernelScorer(judge=judge).score(["01_relu"], [completion])[0]
+    assert verl.scorer().summary()["verdict/correct"] == 1
+
+
+def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, client):
+    late = crucible.ServiceJudge(server.url, TOKEN, deadline_s=0.001, cache=False)
+    result = late.evaluate(*_jobs()[0][1:], task_name="01_relu")
+    assert result.verdict == "timeout" and not result.infra_error
+    assert crucible.Recipe("tiered").reward(result) is None
+    # A task cancelled from outside has no result at all: NotJudged, never a made-up verdict.
+    slow = crucible.ServiceJudge(server.url, TOKEN, cache=False)
+    raised = []
+    worker = threading.Thread(
+        target=lambda: raised.append(
+            _raises(slow.evaluate, crucible.builtin_tasks()["01_relu"], SLOW)
+        )
+    )
+    worker.start()
+    deadline = time.monotonic() + 60
+    while True:
+        busy = [t["task"] for w in client._request("GET", "/v1/workers") for t in w["in_flight"]]
+        if busy:
+            break
+        assert time.monotonic() < deadline, "the slow task never ran"
+        time.sleep(0.1)
+    client.cancel(busy[0])
+    worker.join(60)
+    assert isinstance(raised[0], crucible.NotJudged) and "cancelled" in str(raised[0]), raised
+
+
+def _raises(call, *args):
+    try:
+        call(*args)
+    except Exception as e:  # noqa: BLE001 (the test inspects it)
+        return e
+    return None
+
+
+def test_service_judge_refuses_options_the_service_does_not_take(server):
+    with pytest.raises(TypeError, match="stage_timeout"):
+        crucible.ServiceJudge(server.url, TOKEN, stage_timeout=5)
+    with pytest.raises(TypeError, match="device"):
+        crucible.make_judge(service=server.url, device="cuda:0")
+    with pytest.raises(TypeError, match="service"):
+        crucible.make_judge(token=TOKEN)
 
 
 def test_http_errors_raise_without_retrying(server):

@@ -40,6 +40,7 @@ from ._native import advantages as _advantages
 from ._native import builtin_tasks as _builtin_tasks
 from .client import AsyncClient, Client, ServiceError
 from .extract import extract_code
+from .service import NotJudged, ServiceJudge
 
 __all__ = [
     "ESTIMATORS",
@@ -51,8 +52,10 @@ __all__ = [
     "Client",
     "EvalResult",
     "Judge",
+    "NotJudged",
     "Recipe",
     "ServiceError",
+    "ServiceJudge",
     "__version__",
     "advantages",
     "builtin_tasks",
@@ -86,10 +89,31 @@ def judge_python() -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def make_judge(*, device: str = "cpu", python: str | None = None, **options) -> Judge:
+def make_judge(
+    *,
+    device: str = "cpu",
+    python: str | None = None,
+    service: str | None = None,
+    token: str | None = None,
+    **options,
+) -> Judge | ServiceJudge:
     """A reusable :class:`Judge`; ``options`` are those of ``crucible eval`` (``trials``,
     ``seed``, ``tolerance``, ``size_profile``, ``generalize``, ``timing``, ``verify_policy``,
-    ``verify_policy_file``, ``stage_timeout``)."""
+    ``verify_policy_file``, ``stage_timeout``).
+
+    With ``service`` (a ``crucible serve`` URL, and its bearer ``token``), a
+    :class:`ServiceJudge` instead: the same ``evaluate`` and ``evaluate_many``, judged by the
+    service's workers (``device`` and ``python`` are theirs; ``options`` as ServiceJudge
+    takes them: ``client``, ``priority``, ``deadline_s``, ``cache`` and the judge options the
+    service accepts)."""
+    if service is not None:
+        if python is not None or device != "cpu":
+            raise TypeError(
+                "with `service`, the service's workers choose the device and interpreter"
+            )
+        return ServiceJudge(service, token, **options)
+    if token is not None:
+        raise TypeError("`token` is the service's bearer token: it needs `service`")
     return Judge(python or judge_python(), device=device, **options)
 
 

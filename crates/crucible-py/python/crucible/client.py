@@ -117,14 +117,16 @@ class Client:
         """The service's OpenAPI document (GET /v1/openapi.json)."""
         return self._request("GET", "/v1/openapi.json")
 
-    def stream(self, batch_id: str) -> Iterator[dict]:
+    def stream(self, batch_id: str, read_timeout_s: float | None = None) -> Iterator[dict]:
         """GET /v1/batches/{id}/events (server-sent events): yields ``{"event", "data"}`` per
-        event, ``data`` parsed as JSON where it is JSON (a task's record; ``end``'s counts)."""
+        event, ``data`` parsed as JSON where it is JSON (a task's record; ``end``'s counts).
+        ``read_timeout_s``: give up (``TimeoutError``) when nothing, not even the server's
+        keep-alive comment, arrives for this long (default: wait forever)."""
         headers = {"Accept": "text/event-stream"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(f"{self.url}/v1/batches/{batch_id}/events", headers=headers)
-        with urllib.request.urlopen(req, timeout=None) as resp:
+        with urllib.request.urlopen(req, timeout=read_timeout_s) as resp:
             event, data = "message", []
             for raw in resp:
                 line = raw.decode().rstrip("\r\n")

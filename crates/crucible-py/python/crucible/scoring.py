@@ -16,20 +16,22 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from . import Judge, Recipe, builtin_tasks, make_judge
+from . import Judge, Recipe, ServiceJudge, builtin_tasks, make_judge
 from .extract import extract_code
 
 DEFAULT_FLAG_PENALTY = 0.1
 
 
 class KernelScorer:
-    """Scores completions for named tasks with the in-process judge.
+    """Scores completions for named tasks with the in-process judge, or with a ``crucible
+    serve`` given as ``service`` (and ``token``): see :class:`crucible.ServiceJudge`.
 
     ``tasks`` maps task names to task sources (default: the builtin suite). ``results_path``, if
     given, receives one JSON line per scored completion, in order: ``{"task", "reward", "result"}``
     with the full result document (``null`` for a void turn), so every reward can be traced to
     the judgement that produced it.
-    ``judge_options`` go to :func:`crucible.make_judge` (``device``, ``trials``, ...).
+    ``judge_options`` go to :func:`crucible.make_judge` (``device``, ``trials``, ``service``,
+    ...).
     """
 
     def __init__(
@@ -39,7 +41,7 @@ class KernelScorer:
         *,
         flag_penalty: float = DEFAULT_FLAG_PENALTY,
         shape_specialized_penalty: float | None = None,
-        judge: Judge | None = None,
+        judge: Judge | ServiceJudge | None = None,
         concurrency: int = 2,
         results_path: str | Path | None = None,
         **judge_options,

@@ -12,7 +12,9 @@ verl 0.9.1 config (copy into your PPO/GRPO config)::
 Each row's ``reward_model.ground_truth`` is the task name (a builtin task, or one in the JSON file
 ``CRUCIBLE_TASKS`` names: ``{name: source}``); ``extra_info["task_source"]`` overrides it. Recipe
 and judge come from ``CRUCIBLE_RECIPE`` (default ``tiered``), ``CRUCIBLE_DEVICE`` (default
-``cpu``) and ``CRUCIBLE_CONCURRENCY`` (default 2).
+``cpu``) and ``CRUCIBLE_CONCURRENCY`` (default 2); with ``CRUCIBLE_SERVICE`` (a ``crucible serve``
+URL, its token in ``CRUCIBLE_TOKEN``) the service's workers judge instead
+(:class:`crucible.ServiceJudge`).
 
 An ``infra_error`` has no reward, and verl's stock managers need one for every row, so
 ``compute_score``/``compute_score_batch`` raise :class:`InfraErrorNoReward` rather than invent one.
@@ -51,11 +53,17 @@ def scorer() -> KernelScorer:
         if extra:
             with open(extra) as f:
                 tasks.update(json.load(f))
+        service = os.environ.get("CRUCIBLE_SERVICE")
+        judge = (
+            {"service": service, "token": os.environ.get("CRUCIBLE_TOKEN")}
+            if service
+            else {"device": os.environ.get("CRUCIBLE_DEVICE", "cpu")}
+        )
         _scorer = KernelScorer(
             tasks,
             recipe=os.environ.get("CRUCIBLE_RECIPE", "tiered"),
-            device=os.environ.get("CRUCIBLE_DEVICE", "cpu"),
             concurrency=int(os.environ.get("CRUCIBLE_CONCURRENCY", "2")),
+            **judge,
         )
     return _scorer
 
