@@ -458,16 +458,31 @@ impl Session {
         keep: bool,
         against_kept: bool,
     ) -> Result<(RunReply, CheckReply), Stop> {
-        let limit = eval.cfg.limits.trial;
-        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
-        let trial = stage.to_string();
+        let prepared = self.prepare_trial(eval, stage, seed)?;
+        let ran = self.run_trial(eval, stage, prepared, keep, against_kept)?;
+        let checked = self.check_trial(eval, stage, keep, against_kept)?;
+        let launches = own_launches(&ran.launches);
+        if launches.is_empty() {
+            self.launch_free.push(stage.to_string());
+        }
+        merge_launches(&mut self.launches, launches);
+        Ok((ran, checked))
+    }
+
+    /// The referee draws the trial's inputs and shares them with poisoned output slots.
+    fn prepare_trial(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        trial: &str,
+        seed: u64,
+    ) -> Result<PrepareReply, Stop> {
         let prepare = RefereeRequest::Prepare {
-            trial: trial.clone(),
+            trial: trial.to_string(),
             seed,
         };
         let prepared: PrepareReply = {
             let _gpu = untimed_gpu_work(eval);
-            referee_call(referee, &prepare, limit)?
+            referee_call(&mut self.workers.referee, &prepare, eval.cfg.limits.trial)?
         };
         // From here on, a large trial's work keeps apart from other large work on the device
         // (prepare already ran under an ordinary share unless an earlier evaluation of the
@@ -478,75 +493,93 @@ impl Session {
                 large.insert(&eval.task_sha256, eval.cfg.size_profile.as_deref());
             }
         }
+        Ok(prepared)
+    }
+
+    /// The candidate's forward on the prepared inputs. The kept trial's precision forwards run
+    /// on the referee meanwhile (`keep`).
+    fn run_trial(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        trial: &str,
+        prepared: PrepareReply,
+        keep: bool,
+        against_kept: bool,
+    ) -> Result<RunReply, Stop> {
+        let limit = eval.cfg.limits.trial;
+        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         // The repeat (`against_kept`) runs with autograd on, unlike the trials: a candidate
         // that does its own work in only one grad mode shows there.
         let run = CandidateRequest::Run {
-            stage: stage.to_string(),
-            trial: trial.clone(),
+            stage: trial.to_string(),
+            trial: trial.to_string(),
             payload: prepared.payload,
             grad: against_kept,
         };
-        let ran: RunReply = {
-            // Released while the candidate's process compiles (it says when), so that other
-            // evaluations' timed phases wait for no compiler; back before its kernels run.
-            let mut gpu = untimed_gpu_work(eval);
-            // The kept trial's precision forwards run on the referee meanwhile, under this
-            // share, and end before it goes: a timed phase never runs beside them. Nor does the
-            // candidate's autotuner benchmark beside them: it compiles its configs first (the
-            // `compiling` note, at which they are awaited) and runs them only once `compiled`
-            // is answered, which this thread does after that wait.
-            let mut ahead = keep
-                && eval.cfg.precision_ahead
-                && !eval.large_device_work
-                && start_precision_ahead(referee, eval, &trial, limit)?;
-            let mut awaited = None;
-            let mut on_note = |note: &str, message: &serde_json::Value| match note {
-                NOTE_COMPILING => {
-                    if let Some(launchers) = &eval.cfg.launchers {
-                        launchers.learn(message);
-                    }
-                    if std::mem::take(&mut ahead) {
-                        awaited = Some(await_precision_ahead(referee, limit));
-                    }
-                    gpu = None;
-                    Ok(None)
+        // Released while the candidate's process compiles (it says when), so that other
+        // evaluations' timed phases wait for no compiler; back before its kernels run.
+        let mut gpu = untimed_gpu_work(eval);
+        // The kept trial's precision forwards run on the referee meanwhile, under this share,
+        // and end before it goes: a timed phase never runs beside them. Nor does the
+        // candidate's autotuner benchmark beside them: it compiles its configs first (the
+        // `compiling` note, at which they are awaited) and runs them only once `compiled` is
+        // answered, which this thread does after that wait.
+        let mut ahead = keep
+            && eval.cfg.precision_ahead
+            && !eval.large_device_work
+            && start_precision_ahead(referee, eval, trial, limit)?;
+        let mut awaited = None;
+        let mut on_note = |note: &str, message: &serde_json::Value| match note {
+            NOTE_COMPILING => {
+                if let Some(launchers) = &eval.cfg.launchers {
+                    launchers.learn(message);
                 }
-                NOTE_COMPILED => {
-                    if gpu.is_none() {
-                        gpu = untimed_gpu_work(eval);
-                    }
-                    Ok(Some(resumed()))
+                if std::mem::take(&mut ahead) {
+                    awaited = Some(await_precision_ahead(referee, limit));
                 }
-                other => Err(format!("unknown note {other:?}")),
-            };
-            let ran = candidate_call_noting(candidate, stage, &run, limit, &mut on_note);
-            if ahead {
-                awaited = Some(await_precision_ahead(referee, limit));
+                gpu = None;
+                Ok(None)
             }
-            // The referee's fault is the judge's, whatever the candidate did meanwhile.
-            if let Some(awaited) = awaited {
-                self.precision_ahead_s = awaited?;
+            NOTE_COMPILED => {
+                if gpu.is_none() {
+                    gpu = untimed_gpu_work(eval);
+                }
+                Ok(Some(resumed()))
             }
-            ran?
+            other => Err(format!("unknown note {other:?}")),
         };
+        let ran = candidate_call_noting(candidate, trial, &run, limit, &mut on_note);
+        if ahead {
+            awaited = Some(await_precision_ahead(referee, limit));
+        }
+        // The referee's fault is the judge's, whatever the candidate did meanwhile.
+        if let Some(awaited) = awaited {
+            self.precision_ahead_s = awaited?;
+        }
+        ran
+    }
+
+    /// The referee compares the outputs while the candidate's processes are frozen.
+    fn check_trial(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        trial: &str,
+        keep: bool,
+        against_kept: bool,
+    ) -> Result<CheckReply, Stop> {
         let _gpu = untimed_gpu_work(eval);
         let check = RefereeRequest::Check {
-            trial,
+            trial: trial.to_string(),
             keep,
             against_kept,
             // Trial 0 (the kept one) is the one whose precision is measured.
             precision: keep,
         };
+        let (referee, candidate) = (&mut self.workers.referee, &mut self.workers.candidate);
         candidate.freeze(true);
-        let checked = referee_call(referee, &check, limit);
+        let checked = referee_call(referee, &check, eval.cfg.limits.trial);
         candidate.freeze(false);
-        let checked: CheckReply = checked?;
-        let launches = own_launches(&ran.launches);
-        if launches.is_empty() {
-            self.launch_free.push(stage.to_string());
-        }
-        merge_launches(&mut self.launches, launches);
-        Ok((ran, checked))
+        checked
     }
 
     /// The correctness trials, each on fresh inputs; the first is kept for the repeat.
