@@ -258,6 +258,22 @@ def test_verl_reward_function_through_the_service(server, judge, monkeypatch):
     assert verl.scorer().summary()["verdict/correct"] == 1
 
 
+def test_verifiers_episode_through_the_service(server, monkeypatch):
+    from chat_stub import ChatStub
+    from crucible.integrations import verifiers_env as ve
+    from test_verifiers_env import fenced, run_episode
+
+    monkeypatch.setenv("CRUCIBLE_TOKEN", TOKEN)
+    env = ve.load_environment(["16_swish"], max_turns=2, service=server.url, trials=2)
+    replies = [fenced(solution("02_gelu_tanh", "wrong")), fenced(solution("16_swish"))]
+    with ChatStub(replies) as stub:
+        episode = run_episode(env, stub.url, "16_swish", monkeypatch)
+    assert episode.ok, episode.errors
+    assert isinstance(env.scorer.judge, crucible.ServiceJudge)
+    [trace] = episode.traces
+    assert [t["verdict"] for t in trace.info["crucible_turns"]] == ["runtime_error", "correct"]
+
+
 def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, client):
     late = crucible.ServiceJudge(server.url, TOKEN, deadline_s=0.001, cache=False)
     result = late.evaluate(*_jobs()[0][1:], task_name="01_relu")
@@ -269,12 +285,17 @@ def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, clie
     worker = threading.Thread(
         target=lambda: raised.append(
             _raises(slow.evaluate, crucible.builtin_tasks()["01_relu"], SLOW)
-        )
+        ),
+        daemon=True,  # a failed test leaves no thread waiting on the service
     )
     worker.start()
     deadline = time.monotonic() + 60
     while True:
-        busy = [t["task"] for w in client._request("GET", "/v1/workers") for t in w["in_flight"]]
+        # A worker's heartbeat may still list an earlier test's task for a moment.
+        in_flight = [
+            t["task"] for w in client._request("GET", "/v1/workers") for t in w["in_flight"]
+        ]
+        busy = [t for t in in_flight if client.task(t)["state"] == "running"]
         if busy:
             break
         assert time.monotonic() < deadline, "the slow task never ran"
@@ -282,6 +303,27 @@ def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, clie
     client.cancel(busy[0])
     worker.join(60)
     assert isinstance(raised[0], crucible.NotJudged) and "cancelled" in str(raised[0]), raised
+
+
+def test_service_judge_gives_up_on_a_service_gone_silent(cli, tmp_path, monkeypatch):
+    import crucible.service
+
+    monkeypatch.setattr(crucible.service, "UNREACHABLE_S", 2.0)
+    srv = Server(cli, tmp_path, free_port())
+    srv.wait_ready()
+    judge = crucible.ServiceJudge(srv.url, TOKEN, cache=False, retries=0)
+    raised = []
+    worker = threading.Thread(
+        target=lambda: raised.append(
+            _raises(judge.evaluate, crucible.builtin_tasks()["01_relu"], SLOW)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    time.sleep(3)  # submitted and being judged; then the server goes away
+    srv.stop()
+    worker.join(60)
+    assert isinstance(raised[0], crucible.NotJudged) and "no sign of life" in str(raised[0]), raised
 
 
 def _raises(call, *args):

@@ -117,11 +117,15 @@ class Client:
         """The service's OpenAPI document (GET /v1/openapi.json)."""
         return self._request("GET", "/v1/openapi.json")
 
-    def stream(self, batch_id: str, read_timeout_s: float | None = None) -> Iterator[dict]:
+    def stream(
+        self, batch_id: str, read_timeout_s: float | None = None, keepalives: bool = False
+    ) -> Iterator[dict]:
         """GET /v1/batches/{id}/events (server-sent events): yields ``{"event", "data"}`` per
         event, ``data`` parsed as JSON where it is JSON (a task's record; ``end``'s counts).
         ``read_timeout_s``: give up (``TimeoutError``) when nothing, not even the server's
-        keep-alive comment, arrives for this long (default: wait forever)."""
+        keep-alive comment, arrives for this long (default: wait forever). ``keepalives``: also
+        yield ``{"event": "keepalive", "data": None}`` for each of those comments (a sign of
+        life while no task ends)."""
         headers = {"Accept": "text/event-stream"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -130,7 +134,10 @@ class Client:
             event, data = "message", []
             for raw in resp:
                 line = raw.decode().rstrip("\r\n")
-                if line.startswith("event:"):
+                if line.startswith(":"):
+                    if keepalives:
+                        yield {"event": "keepalive", "data": None}
+                elif line.startswith("event:"):
                     event = line[6:].strip()
                 elif line.startswith("data:"):
                     data.append(line[5:].lstrip())

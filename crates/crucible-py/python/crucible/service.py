@@ -9,8 +9,8 @@ instead of judging them in the trainer's process::
 The result documents are the service's judge's, byte for byte what its workers wrote; nothing is
 made up here. A task whose deadline passed (``deadline_s``, the service's ``timeout`` result) has
 no reward, like an ``infra_error``. A task someone cancelled has no result at all: that raises
-:class:`NotJudged`, as does a service that answered nothing for ``deadline_s`` plus a grace
-period.
+:class:`NotJudged`, as does a service that gives no sign of life for two minutes, or whose batch
+has not ended ``deadline_s`` plus two minutes after it was submitted.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ BATCH_TASKS = 1000
 BATCH_BYTES = 32 << 20
 # How long the wait outlives the tasks' deadline before the service counts as unreachable.
 GRACE_S = 120.0
+# How long the service may give no sign of life (refused, reset, silent) before the wait gives
+# up: a restart of the server takes seconds, and its queue keeps every task.
+UNREACHABLE_S = 120.0
 
 
 class NotJudged(RuntimeError):
@@ -132,15 +135,23 @@ class ServiceJudge:
         """Every task of the batch, terminal, by id: from the batch's event stream, opened
         again where it broke (each opening reports every task already terminal)."""
         records: dict[str, dict] = {}
+        heard = time.monotonic()
         while True:
-            left = give_up - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= give_up:
                 raise NotJudged(
                     f"batch {batch_id}: no end after the tasks' deadline ({self.deadline_s} s) "
                     f"and {GRACE_S} s more; is the service at {self.url} up?"
                 )
+            if now - heard > UNREACHABLE_S:
+                raise NotJudged(
+                    f"batch {batch_id}: the service at {self.url} gave no sign of life for "
+                    f"{UNREACHABLE_S} s (its queue keeps the tasks: they may still be judged)"
+                )
             try:
-                for event in self.client.stream(batch_id, read_timeout_s=min(left, 60.0)):
+                events = self.client.stream(batch_id, read_timeout_s=60.0, keepalives=True)
+                for event in events:
+                    heard = time.monotonic()
                     if event["event"] == "task":
                         records[event["data"]["id"]] = event["data"]
                     elif event["event"] == "end":
@@ -150,7 +161,7 @@ class ServiceJudge:
                     raise ServiceError(e.code, e.read().decode(errors="replace")) from None
             except OSError:  # refused, reset, or silent past the read timeout: open it again
                 pass
-            time.sleep(min(1.0, max(give_up - time.monotonic(), 0)))
+            time.sleep(1.0)
 
 
 def _chunks(specs: list[dict]):

@@ -1,4 +1,5 @@
-"""verifiers: a multi-turn kernel-writing environment over the in-process judge.
+"""verifiers: a multi-turn kernel-writing environment over the in-process judge (or a
+``crucible serve``: ``service=URL``).
 
 verifiers 0.4 (``verifiers.v1``) composes an environment from plugins found by id: a taskset
 (the tasks), an env (how one task becomes one episode) and a harness (the program that talks
@@ -29,6 +30,7 @@ without code is a void turn, scored ``void_reward`` and answered with a request 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
@@ -144,6 +146,9 @@ class KernelEnvConfig(vf.EnvConfig):
     device: str = "cpu"
     trials: int = 5
     concurrency: int = 2
+    service: str | None = None
+    """A ``crucible serve`` URL: its workers judge instead of this process (the bearer token
+    from ``CRUCIBLE_TOKEN``; ``device`` is then theirs)."""
 
 
 class KernelEnv(vf.Env[KernelEnvConfig]):
@@ -154,11 +159,16 @@ class KernelEnv(vf.Env[KernelEnvConfig]):
     def _scorer(self) -> KernelScorer:
         if self.scorer is None:
             c = self.config
+            judge = (
+                {"service": c.service, "token": os.environ.get("CRUCIBLE_TOKEN")}
+                if c.service
+                else {"device": c.device}
+            )
             self.scorer = KernelScorer(
                 recipe=self._recipes()[0][0],
-                device=c.device,
                 trials=c.trials,
                 concurrency=c.concurrency,
+                **judge,
             )
         return self.scorer
 
@@ -220,7 +230,8 @@ def load_environment(
     """The environment, configured like ``vf eval crucible-kernels --env.<key> value``:
     ``config`` holds :class:`KernelEnvConfig` fields (``max_turns``, ``rubric``,
     ``episode_reward``, ``flag_penalty``, ``feedback_tokens``, ``device``, ``trials``,
-    ``player``...). ``judge`` (a :class:`crucible.Judge`) or ``scorer`` reuse an existing judge.
+    ``service``, ``player``...). ``judge`` (a :class:`crucible.Judge` or
+    :class:`crucible.ServiceJudge`) or ``scorer`` reuse an existing judge.
     """
     from verifiers.v1.utils.loaders import load_environment as vf_load
 
