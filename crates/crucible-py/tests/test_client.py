@@ -284,7 +284,13 @@ def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, clie
     raised = []
     worker = threading.Thread(
         target=lambda: raised.append(
-            _raises(slow.evaluate, crucible.builtin_tasks()["01_relu"], SLOW)
+            _raises(
+                slow.evaluate_many,
+                [
+                    ("01_relu", crucible.builtin_tasks()["01_relu"], SLOW + f"\n# {i}\n")
+                    for i in range(2)
+                ],
+            )
         ),
         daemon=True,  # a failed test leaves no thread waiting on the service
     )
@@ -300,9 +306,13 @@ def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, clie
             break
         assert time.monotonic() < deadline, "the slow task never ran"
         time.sleep(0.1)
+    # Two tasks in one batch: the slow one running, its twin queued behind it (one slot).
     client.cancel(busy[0])
     worker.join(60)
     assert isinstance(raised[0], crucible.NotJudged) and "cancelled" in str(raised[0]), raised
+    # What was left of the batch is cancelled too: the service does no work no one will read.
+    twin = client.batch(client.task(busy[0])["batch"])
+    assert twin["counts"]["cancelled"] == 2 and twin["finished"], twin["counts"]
 
 
 def test_service_judge_gives_up_on_a_service_gone_silent(cli, tmp_path, monkeypatch):

@@ -99,7 +99,24 @@ class ServiceJudge:
         ``concurrency`` is the service's business (its workers' ``--concurrency``) and is
         ignored."""
         specs = [self._spec(*job) for job in jobs]
-        batches = [(self.client.submit_batch(chunk), len(chunk)) for chunk in _chunks(specs)]
+        batches: list[tuple[dict, int]] = []
+        try:
+            for chunk in _chunks(specs):
+                batches.append((self.client.submit_batch(chunk), len(chunk)))
+            return self._results(batches)
+        except BaseException:
+            # Whatever stopped the wait (the service gone silent, a cancel, the trainer's own
+            # interrupt), nothing keeps a GPU busy on tasks no one will read: what is left of
+            # each batch is cancelled, as far as the service still answers.
+            quick = Client(self.url, self.client.token, retries=0, timeout_s=10.0)
+            for reply, _size in batches:
+                try:
+                    quick.cancel_batch(reply["batch_id"])
+                except (ServiceError, OSError):
+                    pass
+            raise
+
+    def _results(self, batches: list[tuple[dict, int]]) -> list[EvalResult]:
         give_up = time.monotonic() + self.deadline_s + GRACE_S
         results: list[EvalResult] = []
         for reply, size in batches:
@@ -110,12 +127,6 @@ class ServiceJudge:
             missing = [i for i in ids if i not in records]
             if missing:
                 raise NotJudged(f"batch {reply['batch_id']} ended without task {missing[0]}")
-            cancelled = [i for i in ids if records[i]["state"] == "cancelled"]
-            if cancelled:
-                raise NotJudged(
-                    f"{len(cancelled)} task(s) of batch {reply['batch_id']} were cancelled before "
-                    f"a result, e.g. {cancelled[0]}"
-                )
             results += [EvalResult.from_json(json.dumps(records[i]["result"])) for i in ids]
         return results
 
@@ -153,7 +164,14 @@ class ServiceJudge:
                 for event in events:
                     heard = time.monotonic()
                     if event["event"] == "task":
-                        records[event["data"]["id"]] = event["data"]
+                        record = event["data"]
+                        if record["state"] == "cancelled":
+                            # The batch's results can no longer be whole: stop at once.
+                            raise NotJudged(
+                                f"task {record['id']} of batch {batch_id} was cancelled before "
+                                "a result"
+                            )
+                        records[record["id"]] = record
                     elif event["event"] == "end":
                         return records
             except urllib.error.HTTPError as e:
