@@ -298,9 +298,7 @@ def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, clie
     deadline = time.monotonic() + 60
     while True:
         # A worker's heartbeat may still list an earlier test's task for a moment.
-        in_flight = [
-            t["task"] for w in client._request("GET", "/v1/workers") for t in w["in_flight"]
-        ]
+        in_flight = [t["task"] for w in client.workers() for t in w["in_flight"]]
         busy = [t for t in in_flight if client.task(t)["state"] == "running"]
         if busy:
             break
@@ -351,6 +349,13 @@ def test_service_judge_refuses_options_the_service_does_not_take(server):
         crucible.make_judge(service=server.url, device="cuda:0")
     with pytest.raises(TypeError, match="service"):
         crucible.make_judge(token=TOKEN)
+
+
+def test_workers_and_health(client):
+    [worker] = client.workers()
+    assert worker["device"] == "cpu" and isinstance(worker["in_flight"], list)
+    health = client.health()
+    assert health["status"] == "ok" and health["store"] and health["workers_live"] == 1
 
 
 def test_http_errors_raise_without_retrying(server):

@@ -113,6 +113,16 @@ class Client:
         running task of the batch is cancelled (``cancelled`` counts them; terminal ones stay)."""
         return self._request("POST", f"/v1/batches/{batch_id}/cancel")
 
+    def workers(self) -> list[dict]:
+        """GET /v1/workers: every worker that reported, each with ``in_flight`` (its
+        evaluations, ``{"task", "stage"}``)."""
+        return self._request("GET", "/v1/workers")
+
+    def health(self) -> dict:
+        """GET /healthz: ``{"status", "store", "workers_live", "queue_depth", ...}`` (raises
+        :class:`ServiceError` 503 while the store is down)."""
+        return self._request("GET", "/healthz")
+
     def openapi(self) -> dict:
         """The service's OpenAPI document (GET /v1/openapi.json)."""
         return self._request("GET", "/v1/openapi.json")
