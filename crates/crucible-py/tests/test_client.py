@@ -274,6 +274,20 @@ def test_verifiers_episode_through_the_service(server, monkeypatch):
     assert [t["verdict"] for t in trace.info["crucible_turns"]] == ["runtime_error", "correct"]
 
 
+def test_verifiers_episode_fails_on_a_passed_deadline(server, monkeypatch):
+    from chat_stub import ChatStub
+    from crucible.integrations import verifiers_env as ve
+    from test_verifiers_env import fenced, run_episode
+
+    late = crucible.ServiceJudge(server.url, TOKEN, deadline_s=0.001, cache=False)
+    env = ve.load_environment(["16_swish"], judge=late, max_turns=2)
+    with ChatStub([fenced(solution("16_swish"))]) as stub:
+        episode = run_episode(env, stub.url, "16_swish", monkeypatch)
+    assert not episode.ok
+    [error] = episode.errors
+    assert "InfraErrorNoReward" in error.message and "deadline" in error.message
+
+
 def test_service_judge_past_deadline_and_cancelled_are_never_scored(server, client):
     late = crucible.ServiceJudge(server.url, TOKEN, deadline_s=0.001, cache=False)
     result = late.evaluate(*_jobs()[0][1:], task_name="01_relu")

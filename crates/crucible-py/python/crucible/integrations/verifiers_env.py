@@ -187,9 +187,12 @@ class KernelEnv(vf.Env[KernelEnvConfig]):
                 [result] = await asyncio.to_thread(scorer.judge_batch, [name], [segment.last_reply])
                 turn = self._score_turn(scorer, recipes, name, result)
                 turns.append(turn)
-                if turn["verdict"] == "infra_error":
+                # No reward (the recipes refuse the same results): an infra_error, or the
+                # service's timeout for a passed deadline; neither says anything of the answer.
+                if None in turn["rewards"].values():
                     raise InfraErrorNoReward(
-                        f"the judge failed on turn {len(turns) - 1} of {name}; no reward"
+                        f"the judge failed on turn {len(turns) - 1} of {name} (or the service's "
+                        "deadline passed); no reward"
                     )
                 if turn["verdict"] == "correct" or len(turns) >= self.config.max_turns:
                     break

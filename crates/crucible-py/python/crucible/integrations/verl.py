@@ -91,7 +91,8 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
         reward = s._reward(name, result)
         if reward is None:
             raise InfraErrorNoReward(
-                f"the judge failed on a sample of {name} (infra_error); it has no reward"
+                f"the judge failed on a sample of {name} (infra_error, or the service's "
+                "deadline passed); it has no reward"
             )
         verdict = "void" if result is None else result.verdict
         out.append({"score": reward, "verdict": verdict, "judged": result is not None})
