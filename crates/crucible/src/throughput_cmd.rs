@@ -512,11 +512,23 @@ thread_local! {
     static CONTROL: RefCell<Option<Control>> = const { RefCell::new(None) };
 }
 
+/// The judge stage the current thread's evaluation is in.
+fn current_stage() -> Option<String> {
+    CONTROL.with(|c| c.borrow().as_ref().and_then(Control::stage))
+}
+
 /// Whether the current thread's evaluation is in a correctness trial; which one.
 fn current_trial() -> Option<String> {
-    CONTROL
-        .with(|c| c.borrow().as_ref().and_then(Control::stage))
-        .filter(|stage| stage.starts_with("trial_"))
+    current_stage().filter(|stage| stage.starts_with("trial_"))
+}
+
+/// The name a stage is summed under: every correctness trial as `trials`.
+fn stage_group(name: &str) -> &str {
+    if name.starts_with("trial_") {
+        "trials"
+    } else {
+        name
+    }
 }
 
 /// What the probe saw of one job.
@@ -535,6 +547,10 @@ struct Seen {
     /// Each share the first trial held, in order: the referee's prepare, the candidate's run
     /// (one share before its first compile, one after each), the referee's check.
     first_trial_shares: Vec<f64>,
+    /// Per stage (the trials as `trials`, see [`stage_group`]): `[time under a share of
+    /// the GPU, time waiting for the GPU lock]`, what a stage's time is made of beside its own
+    /// CPU work and round trips.
+    stage_gpu_s: BTreeMap<String, [f64; 2]>,
     /// Reference-cache lookups in order: the plain reference, then the matched class.
     cache_hits: Vec<bool>,
     prestarted: bool,
@@ -548,8 +564,14 @@ struct Seen {
 }
 
 impl Seen {
-    /// A share of the GPU held for `held_s` during `stage` (counted only in the trials).
+    /// A share of the GPU held for `held_s` during `stage` (the trials' figures count only
+    /// the trials).
     fn add_share(&mut self, stage: Option<&str>, held_s: f64) {
+        if let Some(stage) = stage {
+            self.stage_gpu_s
+                .entry(stage_group(stage).to_string())
+                .or_default()[0] += held_s;
+        }
         match stage {
             Some("trial_0") => {
                 self.trial_share_s += held_s;
@@ -581,6 +603,8 @@ struct Row {
     /// the processes, building the reference, loading the candidate, set-up and teardown.
     fixed_s: f64,
     stages: BTreeMap<String, f64>,
+    /// Per stage, `[under a share of the GPU, waiting for the GPU lock]` (see [`Seen`]).
+    stage_gpu_s: BTreeMap<String, [f64; 2]>,
     /// Why it was not correct, and its reject and flag findings: what a verdict that differs
     /// between the modes is read from.
     failure: Option<crucible_result::Failure>,
@@ -867,6 +891,11 @@ impl Recorder {
         match event {
             EngineEvent::GpuLockWait(waited) => {
                 job.lock_wait_s += waited.as_secs_f64();
+                if let Some(stage) = current_stage() {
+                    job.stage_gpu_s
+                        .entry(stage_group(&stage).to_string())
+                        .or_default()[1] += waited.as_secs_f64();
+                }
                 if let Some(trial) = current_trial() {
                     *job.trial_lock_wait_s.entry(trial).or_default() += waited.as_secs_f64();
                 }
@@ -891,7 +920,7 @@ impl Recorder {
                 }
             }
             EngineEvent::UntimedGpuWork { entered, left } => {
-                job.add_share(current_trial().as_deref(), (left - entered).as_secs_f64());
+                job.add_share(current_stage().as_deref(), (left - entered).as_secs_f64());
                 if let Ok(mut untimed) = self.untimed.lock() {
                     untimed.push((entered, left));
                 }
@@ -1051,12 +1080,9 @@ fn evaluate_tagged(engine: &Engine, cases: &[&Case], pace: std::time::Duration) 
 fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
     let mut stages: BTreeMap<String, f64> = BTreeMap::new();
     for stage in &result.stages {
-        let name = if stage.name.starts_with("trial_") {
-            "trials"
-        } else {
-            stage.name.as_str()
-        };
-        *stages.entry(name.to_string()).or_default() += stage.duration_s;
+        *stages
+            .entry(stage_group(&stage.name).to_string())
+            .or_default() += stage.duration_s;
     }
     let staged: f64 = result.stages.iter().map(|s| s.duration_s).sum();
     stages.insert("(outside stages)".into(), (result.wall_s - staged).max(0.0));
@@ -1107,6 +1133,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         overhead_outside_trials_s: result.wall_s - trials_s - gpu_s - outside_trials_lock_wait_s,
         stages,
+        stage_gpu_s: seen.stage_gpu_s.clone(),
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
         retried_alone,
@@ -1407,13 +1434,13 @@ impl Measured {
         }
     }
 
-    /// Each judge stage: median over the evaluations that ran it, sum over all.
+    /// Each judge stage: median over the evaluations that ran it, sum over all; then the
+    /// correct evaluations' stages alone, each split into its time under a share of the GPU,
+    /// its waits for the GPU lock and the rest (the judge's and the processes' own work and
+    /// round trips): where a correct evaluation's overhead goes.
     fn print_stages(&self) {
         println!("  per stage (median over the evaluations that ran it / sum over all):");
-        let mut names: Vec<&String> = self.rows.iter().flat_map(|r| r.stages.keys()).collect();
-        names.sort_by_key(|name| stage_order(name));
-        names.dedup();
-        for name in names {
+        for name in self.stage_names(|_| true) {
             let values: Vec<f64> = self
                 .rows
                 .iter()
@@ -1427,6 +1454,42 @@ impl Measured {
                 values.len()
             );
         }
+        let correct = |r: &Row| r.kind == Kind::Correct && r.verdict == Verdict::Correct;
+        if !self.rows.iter().any(correct) {
+            return;
+        }
+        println!(
+            "  the correct evaluations' stages, median: stage / under a GPU share / waiting for \
+             the GPU lock / the rest"
+        );
+        for name in self.stage_names(correct) {
+            let rows: Vec<&Row> = self.rows.iter().filter(|r| correct(r)).collect();
+            let of = |f: &dyn Fn(&Row) -> Option<f64>| {
+                median(&rows.iter().filter_map(|r| f(r)).collect::<Vec<f64>>())
+            };
+            let gpu = |r: &Row, i: usize| r.stage_gpu_s.get(name).map_or(0.0, |g| g[i]);
+            println!(
+                "    {:<18} {:>8.3} s {:>8.3} s {:>8.3} s {:>8.3} s",
+                name,
+                of(&|r| r.stages.get(name).copied()),
+                of(&|r| r.stages.contains_key(name).then(|| gpu(r, 0))),
+                of(&|r| r.stages.contains_key(name).then(|| gpu(r, 1))),
+                of(&|r| r.stages.get(name).map(|s| s - gpu(r, 0) - gpu(r, 1))),
+            );
+        }
+    }
+
+    /// The stages the chosen rows ran, in the order they run.
+    fn stage_names(&self, chosen: impl Fn(&Row) -> bool) -> Vec<&String> {
+        let mut names: Vec<&String> = self
+            .rows
+            .iter()
+            .filter(|r| chosen(r))
+            .flat_map(|r| r.stages.keys())
+            .collect();
+        names.sort_by_key(|name| (stage_order(name), name.as_str()));
+        names.dedup();
+        names
     }
 
     /// Where the wall time went, the judge's overhead among it, per kind of candidate too.
@@ -1567,6 +1630,7 @@ impl Measured {
                 "cpu_s": row.cpu_s,
                 "start_cpu_s": row.start_cpu_s,
                 "stages": row.stages,
+                "stage_gpu_s": row.stage_gpu_s,
                 "failure": row.failure,
                 "findings": row.findings,
                 "claim_over_back_to_back": row.claim_over_witness[0],
@@ -1663,6 +1727,10 @@ mod tests {
             true,
         );
         assert_eq!((row.trial_share_s, row.first_trial_share_s), (2.5, 2.0));
+        // Per stage too, the trials summed under one name; a share outside any stage nowhere.
+        let held = |name: &str| row.stage_gpu_s.get(name).map(|g| g[0]);
+        assert_eq!((held("trials"), held("precision")), (Some(2.5), Some(4.0)));
+        assert_eq!(row.stage_gpu_s.len(), 2);
     }
 
     /// A first trial's shares split into prepare, the run before and after its compiles, and
