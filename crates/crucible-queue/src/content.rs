@@ -74,7 +74,7 @@ pub fn is_cacheable(result: &serde_json::Value) -> bool {
     !matches!(verdict_of(result), None | Some("infra_error" | "timeout"))
 }
 
-/// A result document the store writes for a task that no evaluation finished.
+/// A result document the store writes for a task that no evaluation finished, as JSON.
 fn store_result(
     spec: &TaskSpec,
     class: FailureClass,
@@ -82,13 +82,25 @@ fn store_result(
     message: String,
     wall_s: f64,
 ) -> serde_json::Value {
+    serde_json::to_value(store_document(spec, class, stage, message, wall_s))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// A result document for a task that no evaluation finished.
+fn store_document(
+    spec: &TaskSpec,
+    class: FailureClass,
+    stage: &str,
+    message: String,
+    wall_s: f64,
+) -> EvalResult {
     let file = |name: &str, text: &str| FileRef {
         name: name.to_string(),
         path: String::new(),
         sha256: sha256_hex(text.as_bytes()),
     };
     let seed = spec.options.seed.unwrap_or(0);
-    let doc = EvalResult {
+    EvalResult {
         schema: SCHEMA.to_string(),
         verdict: class.verdict(),
         correct: false,
@@ -143,8 +155,7 @@ fn store_result(
             ..Env::default()
         },
         wall_s: wall_s.max(0.0),
-    };
-    serde_json::to_value(doc).unwrap_or(serde_json::Value::Null)
+    }
 }
 
 /// The `timeout` result of a task whose deadline passed. `was_running`: whether a worker had it.
@@ -174,6 +185,19 @@ pub fn infra_error_result(
          last: {reason}"
     );
     store_result(
+        spec,
+        FailureClass::InfraError,
+        "infrastructure",
+        message,
+        wall_s,
+    )
+}
+
+/// The `infra_error` result of a task its client could not have judged (the service
+/// unreachable, the task refused or cancelled there): `reason` says why.
+pub fn not_judged_result(spec: &TaskSpec, reason: &str, wall_s: f64) -> EvalResult {
+    let message = format!("the candidate was not judged (not its fault): {reason}");
+    store_document(
         spec,
         FailureClass::InfraError,
         "infrastructure",

@@ -23,7 +23,7 @@ mod types;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use content::{cache_key, dedup_key, infra_error_result, timeout_result};
+pub use content::{cache_key, dedup_key, infra_error_result, not_judged_result, timeout_result};
 pub use listing::{FindingSummary, FinishedCounts, Listing, TaskSummary};
 pub use redis_store::RedisStore;
 pub use sqlite::SqliteStore;

@@ -1,5 +1,5 @@
 //! `crucible bench`, `crucible rollout` and `crucible distill`: a model against a suite, turn
-//! after turn, judged in-process. All three run the same episodes into a run directory
+//! after turn, judged in-process or on a running `crucible serve` (`--service`). All three run the same episodes into a run directory
 //! (`--out`, resumable) and differ in what they write from them: the Fast@p report, RL
 //! trajectories, or an SFT set.
 
@@ -10,13 +10,15 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_agent::client::{ClientConfig, Sampling};
-use crucible_agent::engine::{self, InProcessJudge, Progress, RunConfig, RunSpec};
+use crucible_agent::engine::{self, InProcessJudge, Judge, Progress, RunConfig, RunSpec};
 use crucible_agent::episode::History;
 use crucible_agent::store::Episodes;
 use crucible_agent::{distill, metrics, report, rollout, suite};
 use crucible_judge::{Device, EvalConfig, Runtime, ToleranceProfile};
 use crucible_rl::reward::SpeedupBasis;
 use crucible_rl::{Estimator, Recipe};
+
+use crate::service_judge::ServiceJudge;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -77,12 +79,29 @@ pub struct RunArgs {
     /// Deadline of one model request, in seconds.
     #[arg(long, default_value_t = 600.0)]
     request_timeout: f64,
-    /// Evaluations at once.
-    #[arg(long, short = 'j', default_value_t = 1)]
-    jobs: usize,
+    /// Evaluations at once (default 1; with --service, --concurrency: the service's workers
+    /// set how many run).
+    #[arg(long, short = 'j')]
+    jobs: Option<usize>,
     /// `cpu` (correctness only) or `cuda:N`; default: cuda:0 if a GPU exists.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "service")]
     device: Option<String>,
+    /// Judge on a running `crucible serve` at this URL (e.g. http://127.0.0.1:8000) instead of
+    /// in this process: its warm workers and caches, on its devices.
+    #[arg(long, env = "CRUCIBLE_SERVICE")]
+    service: Option<String>,
+    /// The service's bearer token.
+    #[arg(
+        long,
+        env = "CRUCIBLE_TOKEN",
+        hide_env_values = true,
+        requires = "service"
+    )]
+    token: Option<String>,
+    /// With --service: seconds after which the service ends a task as `timeout` (not judged,
+    /// scored by no recipe).
+    #[arg(long, default_value_t = 3600.0, requires = "service")]
+    service_deadline: f64,
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     trials: u32,
     #[arg(long, default_value = "kb-v0", value_parser = ["kb-v0", "strict"])]
@@ -97,7 +116,7 @@ pub struct RunArgs {
     #[arg(long)]
     no_timing: bool,
     /// Do not start the next evaluation's processes ahead of time.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "service")]
     no_prewarm: bool,
 }
 
@@ -135,7 +154,20 @@ pub struct DistillArgs {
     per_task: usize,
 }
 
-fn judge(args: &RunArgs) -> anyhow::Result<InProcessJudge> {
+fn judge(args: &RunArgs) -> anyhow::Result<Arc<dyn Judge>> {
+    if let Some(service) = &args.service {
+        let options = crucible_queue::JudgeOptions {
+            trials: Some(args.trials),
+            size_profile: args.profile.clone(),
+            timing: Some(!args.no_timing),
+            verify_policy: Some(args.verify_policy.clone()),
+            tolerance: Some(args.tolerance.clone()),
+            ..Default::default()
+        };
+        let judge =
+            ServiceJudge::connect(service, args.token.clone(), options, args.service_deadline)?;
+        return Ok(Arc::new(judge));
+    }
     let device = match &args.device {
         Some(name) => name.parse::<Device>().context("--device")?,
         None => Device::detect(),
@@ -152,11 +184,11 @@ fn judge(args: &RunArgs) -> anyhow::Result<InProcessJudge> {
         "off" => None,
         name => Some(crucible_judge::VerifyPolicy::preset(name)?),
     };
-    Ok(InProcessJudge::new(
+    Ok(Arc::new(InProcessJudge::new(
         Runtime::discover()?,
         cfg,
         !args.no_prewarm,
-    ))
+    )))
 }
 
 fn spec(args: &RunArgs) -> anyhow::Result<RunSpec> {
@@ -194,7 +226,14 @@ fn spec(args: &RunArgs) -> anyhow::Result<RunSpec> {
             feedback_tokens: args.feedback_tokens,
             recipe: Recipe::from_name(&args.recipe)?,
             episodes: args.concurrency.max(1),
-            judge_jobs: args.jobs.max(1),
+            judge_jobs: args
+                .jobs
+                .unwrap_or(if args.service.is_some() {
+                    args.concurrency
+                } else {
+                    1
+                })
+                .max(1),
             candidates_dir: args.out.join("candidates"),
         },
         out_dir: args.out.clone(),
@@ -213,7 +252,7 @@ fn run_episodes(args: &RunArgs) -> anyhow::Result<(Episodes, RunSpec)> {
         suite: spec.suite.clone(),
         tasks: Vec::new(),
     };
-    let judge = Arc::new(judge(args)?);
+    let judge = judge(args)?;
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} turns {elapsed} {msg}")

@@ -10,6 +10,7 @@ mod report_cmd;
 mod rl_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
+mod service_judge;
 #[cfg(test)]
 mod test_results;
 mod throughput_cmd;

@@ -94,3 +94,159 @@ fn bench_then_distill_and_rollout_resume_the_run() {
     );
     assert_eq!(server.requests().len(), 2, "resumed runs send nothing");
 }
+
+/// A `crucible serve` with one CPU worker and a bearer token; SIGTERMed when dropped.
+struct Service {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+const TOKEN: &str = "agent-test-token";
+
+impl Service {
+    fn start() -> Service {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_crucible"))
+            .current_dir(repo())
+            .args([
+                "serve",
+                "--devices",
+                "cpu",
+                "--pool-depth",
+                "1",
+                "--token",
+                TOKEN,
+            ])
+            .arg("--queue")
+            .arg(format!("sqlite://{}", dir.path().join("q.db").display()))
+            .args(["--bind", &format!("127.0.0.1:{port}")])
+            .env_remove("CRUCIBLE_TOKEN")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start crucible serve");
+        let url = format!("http://127.0.0.1:{port}");
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while reqwest::blocking::get(format!("{url}/healthz")).is_err() {
+            assert!(std::time::Instant::now() < until, "no /healthz in 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Service {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+
+    /// `GET path` with the token.
+    fn get(&self, path: &str) -> serde_json::Value {
+        reqwest::blocking::Client::new()
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .and_then(|r| r.json())
+            .expect("GET")
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // SAFETY: our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// `crucible bench --service`: every turn judged by the service's worker (its result documents,
+/// its metrics count them), the feedback loop as in-process; a wrong token or no service at all
+/// stops the command before it asks the model anything.
+#[test]
+fn bench_judges_on_a_running_service() {
+    let honest = std::fs::read_to_string(repo().join("examples/solutions/01_relu.py")).unwrap();
+    let wrong = honest.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)");
+    let server = ReplayServer::start(vec![
+        rule("Reference `01_relu`", vec![Reply::code(&wrong)]),
+        rule("Verdict: incorrect", vec![Reply::code(&honest)]),
+    ]);
+    let service = Service::start();
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |out: &Path, service: &str, token: &str| {
+        Command::new(env!("CARGO_BIN_EXE_crucible"))
+            .args([
+                "bench", "--suite", "builtin", "--limit", "1", "--turns", "2",
+            ])
+            .args([
+                "--model",
+                &server.url,
+                "--service",
+                service,
+                "--token",
+                token,
+            ])
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("run crucible")
+    };
+
+    let refused = bench(&dir.path().join("refused"), &service.url, "wrong-token");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("refused the bearer token"), "{stderr}");
+    let down = bench(&dir.path().join("down"), "http://127.0.0.1:9", TOKEN);
+    assert!(!down.status.success());
+    let stderr = String::from_utf8_lossy(&down.stderr);
+    assert!(stderr.contains("does not answer"), "{stderr}");
+    assert_eq!(server.requests().len(), 0, "nothing asked of the model");
+
+    let out = dir.path().join("run");
+    let output = bench(&out, &service.url, TOKEN);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
+    let turns: Vec<serde_json::Value> = records
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(turns.len(), 2);
+    assert_eq!(turns[0]["result"]["verdict"], "incorrect");
+    assert!(
+        turns[0]["feedback"]
+            .as_str()
+            .unwrap()
+            .contains("Mismatch in output 0"),
+        "{}",
+        turns[0]["feedback"]
+    );
+    assert_eq!(turns[1]["result"]["verdict"], "correct");
+    // The service's worker wrote those documents: it counts one of each verdict.
+    assert_eq!(service.get("/v1/workers").as_array().map(Vec::len), Some(1));
+    let metrics = reqwest::blocking::Client::new()
+        .get(format!("{}/metrics", service.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .and_then(|r| r.text())
+        .unwrap();
+    let evaluated = |verdict: &str| {
+        metrics
+            .lines()
+            .filter(|l| l.contains(&format!("verdict=\"{verdict}\"")) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert_eq!(
+        (evaluated("incorrect"), evaluated("correct")),
+        (1.0, 1.0),
+        "{metrics}"
+    );
+}
