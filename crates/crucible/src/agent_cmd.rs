@@ -102,6 +102,10 @@ pub struct RunArgs {
     /// scored by no recipe).
     #[arg(long, default_value_t = 3600.0, requires = "service")]
     service_deadline: f64,
+    /// With --service: seconds the service may not answer at all before a turn is left
+    /// unjudged (an unscored `infra_error`).
+    #[arg(long, default_value_t = 120.0, requires = "service")]
+    service_unreachable: f64,
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     trials: u32,
     #[arg(long, default_value = "kb-v0", value_parser = ["kb-v0", "strict"])]
@@ -164,8 +168,13 @@ fn judge(args: &RunArgs) -> anyhow::Result<Arc<dyn Judge>> {
             tolerance: Some(args.tolerance.clone()),
             ..Default::default()
         };
-        let judge =
-            ServiceJudge::connect(service, args.token.clone(), options, args.service_deadline)?;
+        let judge = ServiceJudge::connect(
+            service,
+            args.token.clone(),
+            options,
+            args.service_deadline,
+            args.service_unreachable,
+        )?;
         return Ok(Arc::new(judge));
     }
     let device = match &args.device {

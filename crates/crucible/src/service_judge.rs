@@ -17,8 +17,6 @@ use crucible_service::api::{Submitted, TaskStateView, TaskView};
 
 /// How long one long-poll asks the service to hold the answer.
 const POLL_WAIT_S: u64 = 30;
-/// How long the service may give no answer at all before the candidate counts as not judged.
-const UNREACHABLE: Duration = Duration::from_secs(120);
 /// The pause between tries while the service does not answer.
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// The fair-share name the agent's tasks are queued under.
@@ -31,6 +29,8 @@ pub struct ServiceJudge {
     http: reqwest::Client,
     options: JudgeOptions,
     deadline_s: f64,
+    /// How long the service may give no answer at all before a candidate counts as not judged.
+    unreachable: Duration,
 }
 
 impl ServiceJudge {
@@ -42,6 +42,7 @@ impl ServiceJudge {
         token: Option<String>,
         options: JudgeOptions,
         deadline_s: f64,
+        unreachable_s: f64,
     ) -> anyhow::Result<ServiceJudge> {
         let mut base = reqwest::Url::parse(base)
             .with_context(|| format!("--service `{base}` is not a URL"))?;
@@ -55,6 +56,10 @@ impl ServiceJudge {
         if !(deadline_s.is_finite() && deadline_s > 0.0) {
             bail!("--service-deadline must be a positive number of seconds");
         }
+        let unreachable = Duration::try_from_secs_f64(unreachable_s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .context("--service-unreachable must be a positive number of seconds")?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(POLL_WAIT_S + 30))
@@ -65,6 +70,7 @@ impl ServiceJudge {
             http,
             options,
             deadline_s,
+            unreachable,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -169,7 +175,7 @@ impl ServiceJudge {
     }
 
     /// Sends a request until the service answers (any HTTP status), giving up once it has not
-    /// answered for [`UNREACHABLE`].
+    /// answered for `self.unreachable`.
     async fn retrying<F, Fut>(&self, send: F) -> Result<reqwest::Response, String>
     where
         F: Fn() -> Fut,
@@ -179,18 +185,18 @@ impl ServiceJudge {
         loop {
             match send().await {
                 Ok(response) => return Ok(response),
-                Err(e) if since.elapsed() < UNREACHABLE => {
+                Err(e) if since.elapsed() < self.unreachable => {
                     tracing::warn!(
                         "the service at {} does not answer ({e}); trying again",
                         self.base
                     );
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    tokio::time::sleep(RETRY_PAUSE.min(self.unreachable / 4)).await;
                 }
                 Err(e) => {
                     return Err(format!(
                         "the service at {} did not answer for {} s: {e}",
                         self.base,
-                        UNREACHABLE.as_secs()
+                        self.unreachable.as_secs_f64()
                     ));
                 }
             }

@@ -105,7 +105,7 @@ struct Service {
 const TOKEN: &str = "agent-test-token";
 
 impl Service {
-    fn start() -> Service {
+    fn start(extra: &[&str]) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -126,6 +126,7 @@ impl Service {
             .arg("--queue")
             .arg(format!("sqlite://{}", dir.path().join("q.db").display()))
             .args(["--bind", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env_remove("CRUCIBLE_TOKEN")
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -175,7 +176,7 @@ fn bench_judges_on_a_running_service() {
         rule("Reference `01_relu`", vec![Reply::code(&wrong)]),
         rule("Verdict: incorrect", vec![Reply::code(&honest)]),
     ]);
-    let service = Service::start();
+    let service = Service::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let bench = |out: &Path, service: &str, token: &str| {
         Command::new(env!("CARGO_BIN_EXE_crucible"))
@@ -249,4 +250,80 @@ fn bench_judges_on_a_running_service() {
         (1.0, 1.0),
         "{metrics}"
     );
+}
+
+/// Turns the service could not judge are recorded unscored: a deadline that passed while no
+/// worker took the task (the service's `timeout`), and a service that stopped answering after
+/// the command started (an `infra_error` once `--service-unreachable` went by).
+#[test]
+fn bench_leaves_turns_the_service_did_not_judge_unscored() {
+    let honest = std::fs::read_to_string(repo().join("examples/solutions/01_relu.py")).unwrap();
+    let server = ReplayServer::start(vec![rule(
+        "Reference `01_relu`",
+        vec![Reply::code(&honest)],
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |out: &Path, service: &str, extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_crucible"))
+            .args([
+                "bench", "--suite", "builtin", "--limit", "1", "--turns", "1",
+            ])
+            .args([
+                "--model",
+                &server.url,
+                "--service",
+                service,
+                "--token",
+                TOKEN,
+            ])
+            .args(extra)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("run crucible");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
+        let turn: serde_json::Value =
+            serde_json::from_str(records.lines().next().expect("a turn")).unwrap();
+        turn
+    };
+
+    let idle = Service::start(&["--workers", "0"]);
+    let turn = bench(
+        &dir.path().join("deadline"),
+        &idle.url,
+        &["--service-deadline", "1"],
+    );
+    assert_eq!(turn["result"]["verdict"], "timeout", "{turn}");
+    assert!(
+        turn["reward"].is_null(),
+        "a passed deadline is not scored: {turn}"
+    );
+
+    // Answers the start-up check, then is gone.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let once = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = stream.read(&mut request);
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n[]",
+        );
+    });
+    let turn = bench(
+        &dir.path().join("gone"),
+        &url,
+        &["--service-unreachable", "1"],
+    );
+    once.join().unwrap();
+    assert_eq!(turn["result"]["verdict"], "infra_error", "{turn}");
+    let message = turn["result"]["failure"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("did not answer"), "{message}");
+    assert!(turn["reward"].is_null(), "{turn}");
 }
