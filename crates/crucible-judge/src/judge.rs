@@ -204,6 +204,11 @@ pub struct EvalConfig {
     /// The referee runs the precision measurement's float64 forwards while the candidate runs
     /// trial 0 (where their copies fit), instead of in the precision stage; the same numbers.
     pub precision_ahead: bool,
+    /// A candidate that will be timed runs its repeat and precision measurement with the
+    /// device to itself (the timed phases' exclusive claim on `timed_phases`) instead of under
+    /// a share beside other evaluations' work, whose time slices every wait for a result there
+    /// otherwise waits for.
+    pub exclusive_checks: bool,
 }
 
 /// The large-work size for a device with `memory_bytes`: an eighth of it (about 17 GiB on an
@@ -239,6 +244,7 @@ impl EvalConfig {
             launchers: None,
             autotune: AutotuneBudget::FAST,
             precision_ahead: true,
+            exclusive_checks: false,
         }
     }
 
@@ -341,6 +347,9 @@ struct Evaluation<'a> {
     /// A trial's tensors reached the large-work size: the rest of the evaluation's untimed
     /// device work takes the gate's large share (see `session::trial_work_is_large`).
     large_device_work: bool,
+    /// The evaluation holds the gate's exclusive claim (`EvalConfig::exclusive_checks`): its
+    /// untimed device work needs no share meanwhile.
+    holds_device: bool,
 }
 
 impl Evaluation<'_> {
@@ -483,6 +492,7 @@ impl<'a> Evaluation<'a> {
             profile: None,
             precision: None,
             large_device_work,
+            holds_device: false,
         }
     }
 }

@@ -23,6 +23,7 @@ fn fixture(name: &str) -> PathBuf {
 enum Claim {
     Share,
     Large,
+    Exclusive,
 }
 
 /// The current stage (told by the judge as a stage observer) and each claim taken in it.
@@ -48,7 +49,7 @@ impl StageObserver for Recorder {
 
 impl TimedPhaseGate for Recorder {
     fn enter(&self) -> TimedPhaseGuard {
-        Box::new(())
+        self.record(Claim::Exclusive)
     }
 
     fn share(&self) -> TimedPhaseGuard {
@@ -74,6 +75,14 @@ fn claims_knowing(
     large_work_bytes: u64,
     large_tasks: Option<Arc<LargeTasks>>,
 ) -> Option<Vec<(String, Claim)>> {
+    claims_with(|cfg| {
+        cfg.large_work_bytes = large_work_bytes;
+        cfg.large_tasks = large_tasks;
+    })
+}
+
+/// The claims of one honest relu evaluation under the configuration `set` leaves.
+fn claims_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Vec<(String, Claim)>> {
     let runtime = match Runtime::discover() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -87,8 +96,7 @@ fn claims_knowing(
     cfg.trials = 2;
     cfg.timed_phases = Some(recorder.clone());
     cfg.stage_observer = Some(recorder.clone());
-    cfg.large_work_bytes = large_work_bytes;
-    cfg.large_tasks = large_tasks;
+    set(&mut cfg);
     let (task, candidate) = (fixture("task_relu.py"), fixture("honest_relu.py"));
     let result = evaluate(
         &runtime,
@@ -171,4 +179,37 @@ fn a_task_found_large_is_large_from_the_first_claim_of_its_next_evaluation() {
     claims_knowing(TRIAL_BYTES + 1, Some(Arc::clone(&other))).expect("runtime");
     let after = claims_knowing(TRIAL_BYTES + 1, Some(other)).expect("runtime");
     assert_eq!(large_stages(&after), ["precision"], "{after:?}");
+}
+
+/// With `exclusive_checks`, the repeat and the precision measurement run inside one exclusive
+/// claim, taken after the last trial, and take no share of their own.
+#[test]
+fn exclusive_checks_hold_the_device_from_the_repeat_to_the_precision_measurement() {
+    let (Some(held), Some(shared)) = (
+        claims_with(|cfg| cfg.exclusive_checks = true),
+        claims(u64::MAX),
+    ) else {
+        return;
+    };
+    let exclusive: Vec<&(String, Claim)> = held
+        .iter()
+        .filter(|(_, claim)| *claim == Claim::Exclusive)
+        .collect();
+    // Named by the stage before it, the last trial (a claim taken outside a stage carries the
+    // name of the stage before; the generalization trial's share is the last "precision" one).
+    assert_eq!(exclusive.len(), 1, "{held:?}");
+    assert_eq!(exclusive[0].0, "trial_1", "{held:?}");
+    let count =
+        |claims: &[(String, Claim)], stage: &str| claims.iter().filter(|(s, _)| s == stage).count();
+    assert_eq!(count(&held, "repeat"), 0, "{held:?}");
+    assert!(count(&shared, "repeat") > 0, "{shared:?}");
+    assert_eq!(
+        count(&held, "precision") + 1,
+        count(&shared, "precision"),
+        "{held:?} {shared:?}"
+    );
+    assert!(
+        !shared.iter().any(|(_, c)| *c == Claim::Exclusive),
+        "{shared:?}"
+    );
 }

@@ -137,6 +137,10 @@ pub struct ThroughputArgs {
     /// instead of on the referee during trial 0 (to measure what running them ahead gains).
     #[arg(long)]
     precision_behind: bool,
+    /// ON: a correct candidate's repeat and precision measurement have the GPU to themselves
+    /// (the timed phases' exclusive lock) instead of sharing its time slices.
+    #[arg(long)]
+    exclusive_checks: bool,
     /// The GPU lock on this file instead of the GPU's own; with it the lock also works on the
     /// CPU (where nothing is timed, but trials still take their shares).
     #[arg(long)]
@@ -231,6 +235,7 @@ fn base_config(args: &ThroughputArgs) -> EvalConfig {
     args.autotune.apply(&mut base);
     args.sandbox.apply(&mut base);
     base.precision_ahead = !args.precision_behind;
+    base.exclusive_checks = args.exclusive_checks;
     base
 }
 

@@ -104,7 +104,11 @@ const SHARED_OOM_PAUSES: [Duration; 3] = [
 /// A shared claim on the device for untimed work (see [`super::TimedPhaseGate::share`]), when
 /// the evaluation has a gate; the large share once a trial showed the evaluation's work large.
 fn untimed_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
-    let gate = eval.cfg.timed_phases.as_ref()?;
+    let gate = eval
+        .cfg
+        .timed_phases
+        .as_ref()
+        .filter(|_| !eval.holds_device)?;
     Some(if eval.large_device_work {
         gate.share_large()
     } else {
@@ -123,7 +127,11 @@ fn precision_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
     let elements: u64 = eval.trials.first().map_or(0, |trial| {
         trial.outputs.iter().map(|output| output.numel).sum()
     });
-    let gate = eval.cfg.timed_phases.as_ref()?;
+    let gate = eval
+        .cfg
+        .timed_phases
+        .as_ref()
+        .filter(|_| !eval.holds_device)?;
     Some(
         if eval.large_device_work || precision_work_is_large(elements, eval.cfg.large_work_bytes) {
             gate.share_large()
@@ -341,11 +349,9 @@ impl Session {
             self.load(eval, init_inputs)?;
         }
         self.trials(eval)?;
-        self.repeat(eval)?;
-        if !self.launch_check(eval) {
+        if !self.checks(eval)? {
             return Ok(());
         }
-        self.precision(eval)?;
         let usable = {
             let _gpu = untimed_gpu_work(eval);
             generalize::generalize_stage(
@@ -392,6 +398,25 @@ impl Session {
         // The referee's comparison of the timed output times nothing.
         let _gpu = untimed_gpu_work(eval);
         self.timed_output(eval, phase.delivered_problem)
+    }
+
+    /// The repeat, the launch check and the precision measurement, after the trials; whether
+    /// the candidate passed them. With `exclusive_checks` the evaluation has the device to
+    /// itself meanwhile (the gate's exclusive claim, as in its timed phases).
+    fn checks(&mut self, eval: &mut Evaluation<'_>) -> Result<bool, Stop> {
+        let gate = eval.cfg.timed_phases.clone();
+        let exclusive = gate
+            .as_ref()
+            .filter(|_| eval.cfg.exclusive_checks)
+            .map(|gate| gate.enter());
+        eval.holds_device = exclusive.is_some();
+        let passed = self.repeat(eval).map(|()| self.launch_check(eval));
+        let checked = match passed {
+            Ok(true) => self.precision(eval).map(|()| true),
+            other => other,
+        };
+        eval.holds_device = false;
+        checked
     }
 
     /// The `timed-inputs` stage: [`stage_timed_inputs`] on its own, before the timed phases.
@@ -671,8 +696,13 @@ impl Session {
                 // Beside other evaluations a shortage often passes (their float64 copies and
                 // trials come and go): waiting a little, without a share, is much cheaper
                 // than the engine's retry of the whole evaluation alone.
+                // Not while holding the device: every other evaluation would wait too.
                 match pauses.next() {
-                    Some(pause) if measured.out_of_memory && eval.cfg.device_shared => {
+                    Some(pause)
+                        if measured.out_of_memory
+                            && eval.cfg.device_shared
+                            && !eval.holds_device =>
+                    {
                         std::thread::sleep(*pause);
                         attempts += 1;
                     }
