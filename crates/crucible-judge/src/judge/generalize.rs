@@ -104,6 +104,11 @@ pub(super) fn generalize_stage(
     if !plan.requested {
         return Ok(true);
     }
+    // Its stage record is written here (its status is not the trial's outcome), but watchers
+    // (the engine's current stage, its probes) learn of it as of any other stage.
+    if let Some(observer) = &cfg.stage_observer {
+        observer.stage_started(STAGE);
+    }
     let mut record = Generalization {
         status: GeneralizationStatus::Skipped,
         source: plan.source.clone().unwrap_or_else(|| "auto".into()),
