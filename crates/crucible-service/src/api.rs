@@ -388,18 +388,52 @@ fn check_source(field: &str, text: &str, limits: &Limits) -> Result<(), ApiError
     Ok(())
 }
 
+/// The characters a name may hold.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | '@')
+}
+
 /// Names are keys in the store and in metrics: printable ASCII words only.
 pub fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.chars().count() <= MAX_NAME_CHARS
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | '@'));
+        && name.chars().all(is_name_char);
     if ok {
         Ok(())
     } else {
         Err(ApiError::invalid(format!(
             "{field} must be 1..={MAX_NAME_CHARS} characters of [A-Za-z0-9_.:/@-]"
         )))
+    }
+}
+
+/// `name` as a name the API takes: every other character `_`, cut to the longest allowed, `_`
+/// for an empty one (a task file's stem may hold spaces or any Unicode).
+pub fn to_name(name: &str) -> String {
+    let name: String = name
+        .chars()
+        .take(MAX_NAME_CHARS)
+        .map(|c| if is_name_char(c) { c } else { '_' })
+        .collect();
+    if name.is_empty() {
+        "_".to_string()
+    } else {
+        name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn any_text_becomes_a_name_the_api_takes() {
+        for raw in ["01_relu", "my task (v2)", "", "ü", &"x".repeat(300)] {
+            let name = super::to_name(raw);
+            assert!(
+                super::check_name("task_name", &name).is_ok(),
+                "{raw:?} -> {name:?}"
+            );
+        }
+        assert_eq!(super::to_name("01_relu"), "01_relu");
+        assert_eq!(super::to_name("a b"), "a_b");
     }
 }

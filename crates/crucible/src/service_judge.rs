@@ -204,7 +204,9 @@ impl ServiceJudge {
     }
 
     fn spec(&self, task: &Task, code: &str) -> TaskSpec {
-        let mut spec = TaskSpec::new(&task.name, &task.source, code);
+        // The service takes only plain names; a task file's stem may be anything.
+        let name = crucible_service::api::to_name(&task.name);
+        let mut spec = TaskSpec::new(&name, &task.source, code);
         spec.options = self.options.clone();
         spec.client = CLIENT_NAME.to_string();
         spec.deadline_s = Some(self.deadline_s);
