@@ -402,18 +402,16 @@ impl Session {
 
     /// The repeat, the launch check and the precision measurement, after the trials; whether
     /// the candidate passed them. With `exclusive_checks` the evaluation has the device to
-    /// itself meanwhile (the gate's exclusive claim, as in its timed phases).
+    /// itself from the repeat's start (the gate's exclusive claim, as in its timed phases; its
+    /// wait counts in the repeat) to the measurement's end.
     fn checks(&mut self, eval: &mut Evaluation<'_>) -> Result<bool, Stop> {
-        let gate = eval.cfg.timed_phases.clone();
-        let exclusive = gate
-            .as_ref()
-            .filter(|_| eval.cfg.exclusive_checks)
-            .map(|gate| gate.enter());
-        eval.holds_device = exclusive.is_some();
-        let passed = self.repeat(eval).map(|()| self.launch_check(eval));
+        let passed = self
+            .repeat(eval)
+            .map(|held| (self.launch_check(eval), held));
         let checked = match passed {
-            Ok(true) => self.precision(eval).map(|()| true),
-            other => other,
+            Ok((true, _held)) => self.precision(eval).map(|()| true),
+            Ok((false, _)) => Ok(false),
+            Err(stop) => Err(stop),
         };
         eval.holds_device = false;
         checked
@@ -626,10 +624,22 @@ impl Session {
     }
 
     /// Trial 0's inputs once more: a candidate that caches by call count, or whose results
-    /// depend on more than its inputs, shows here.
-    fn repeat(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
+    /// depend on more than its inputs, shows here. Returns the device's exclusive claim where
+    /// `exclusive_checks` took one (see [`Session::checks`]).
+    fn repeat(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+    ) -> Result<Option<super::TimedPhaseGuard>, Stop> {
         let seed = eval.seeds.trials[0];
+        let mut held = None;
         let passed = eval.stage("repeat", |eval| {
+            held = eval
+                .cfg
+                .timed_phases
+                .as_ref()
+                .filter(|_| eval.cfg.exclusive_checks)
+                .map(|gate| gate.enter());
+            eval.holds_device = held.is_some();
             let (ran, checked) = self.trial(eval, "repeat", seed, false, true)?;
             if !checked.repeat_problems.is_empty() {
                 eval.findings.push(Finding::new(
@@ -648,7 +658,7 @@ impl Session {
             Ok(passed)
         })?;
         if passed {
-            Ok(())
+            Ok(held)
         } else {
             Err(incorrect(eval, "repeat".into()))
         }
