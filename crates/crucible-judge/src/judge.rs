@@ -204,10 +204,10 @@ pub struct EvalConfig {
     /// The referee runs the precision measurement's float64 forwards while the candidate runs
     /// trial 0 (where their copies fit), instead of in the precision stage; the same numbers.
     pub precision_ahead: bool,
-    /// A candidate that will be timed runs its repeat and precision measurement with the
-    /// device to itself (the timed phases' exclusive claim on `timed_phases`) instead of under
-    /// a share beside other evaluations' work, whose time slices every wait for a result there
-    /// otherwise waits for.
+    /// The repeat and the precision measurement run with the device to the evaluation itself
+    /// (the timed phases' exclusive claim on `timed_phases`, where there is one) instead of
+    /// under a share beside other evaluations' work, whose time slices every wait for a result
+    /// there otherwise waits for.
     pub exclusive_checks: bool,
 }
 

@@ -1,7 +1,7 @@
 //! `crucible bench`, `crucible rollout` and `crucible distill`: a model against a suite, turn
-//! after turn, judged in-process or on a running `crucible serve` (`--service`). All three run the same episodes into a run directory
-//! (`--out`, resumable) and differ in what they write from them: the Fast@p report, RL
-//! trajectories, or an SFT set.
+//! after turn, judged in-process or on a running `crucible serve` (`--service`). All three run
+//! the same episodes into a run directory (`--out`, resumable) and differ in what they write
+//! from them: the Fast@p report, RL trajectories, or an SFT set.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -60,14 +60,10 @@ impl ServiceJudge {
             .ok()
             .filter(|d| !d.is_zero())
             .context("--service-unreachable must be a positive number of seconds")?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(POLL_WAIT_S + 30))
-            .build()?;
-        let judge = ServiceJudge {
+        let mut judge = ServiceJudge {
             base,
             token,
-            http,
+            http: http_client()?,
             options,
             deadline_s,
             unreachable,
@@ -76,6 +72,9 @@ impl ServiceJudge {
             .enable_all()
             .build()?;
         runtime.block_on(judge.check_reachable())?;
+        // A client's pooled connections belong to the runtime that opened them, which ends
+        // here: the judge's requests run on the agent's runtime, with a client of their own.
+        judge.http = http_client()?;
         Ok(judge)
     }
 
@@ -227,6 +226,14 @@ impl Judge for ServiceJudge {
             crucible_queue::not_judged_result(&spec, &reason, started.elapsed().as_secs_f64())
         })
     }
+}
+
+/// Long enough for a long-poll's answer.
+fn http_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(POLL_WAIT_S + 30))
+        .build()
 }
 
 async fn body_text(response: reqwest::Response) -> String {

@@ -1467,8 +1467,8 @@ impl Measured {
             "  the correct evaluations' stages, median: stage / under a GPU share / waiting for \
              the GPU lock / the rest"
         );
+        let rows: Vec<&Row> = self.rows.iter().filter(|r| correct(r)).collect();
         for name in self.stage_names(correct) {
-            let rows: Vec<&Row> = self.rows.iter().filter(|r| correct(r)).collect();
             let of = |f: &dyn Fn(&Row) -> Option<f64>| {
                 median(&rows.iter().filter_map(|r| f(r)).collect::<Vec<f64>>())
             };

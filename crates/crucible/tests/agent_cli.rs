@@ -144,13 +144,18 @@ impl Service {
         }
     }
 
-    /// `GET path` with the token.
+    /// `GET path` with the token, as JSON.
     fn get(&self, path: &str) -> serde_json::Value {
+        serde_json::from_str(&self.get_text(path)).expect("JSON")
+    }
+
+    /// `GET path` with the token.
+    fn get_text(&self, path: &str) -> String {
         reqwest::blocking::Client::new()
             .get(format!("{}{path}", self.url))
             .bearer_auth(TOKEN)
             .send()
-            .and_then(|r| r.json())
+            .and_then(|r| r.text())
             .expect("GET")
     }
 }
@@ -163,6 +168,37 @@ impl Drop for Service {
         }
         let _ = self.child.wait();
     }
+}
+
+/// `crucible bench` of the first builtin task for `turns` turns, the model at `model`, judged on
+/// `service` with `token`.
+fn bench_on_service(
+    out: &Path,
+    model: &str,
+    service: &str,
+    token: &str,
+    turns: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_crucible"))
+        .args([
+            "bench", "--suite", "builtin", "--limit", "1", "--turns", turns,
+        ])
+        .args(["--model", model, "--service", service, "--token", token])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run crucible")
+}
+
+/// The turns a run recorded, in order.
+fn recorded_turns(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("records.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// `crucible bench --service`: every turn judged by the service's worker (its result documents,
@@ -179,22 +215,7 @@ fn bench_judges_on_a_running_service() {
     let service = Service::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let bench = |out: &Path, service: &str, token: &str| {
-        Command::new(env!("CARGO_BIN_EXE_crucible"))
-            .args([
-                "bench", "--suite", "builtin", "--limit", "1", "--turns", "2",
-            ])
-            .args([
-                "--model",
-                &server.url,
-                "--service",
-                service,
-                "--token",
-                token,
-            ])
-            .arg("--out")
-            .arg(out)
-            .output()
-            .expect("run crucible")
+        bench_on_service(out, &server.url, service, token, "2", &[])
     };
 
     let refused = bench(&dir.path().join("refused"), &service.url, "wrong-token");
@@ -214,11 +235,7 @@ fn bench_judges_on_a_running_service() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
-    let turns: Vec<serde_json::Value> = records
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let turns = recorded_turns(&out);
     assert_eq!(turns.len(), 2);
     assert_eq!(turns[0]["result"]["verdict"], "incorrect");
     assert!(
@@ -232,12 +249,7 @@ fn bench_judges_on_a_running_service() {
     assert_eq!(turns[1]["result"]["verdict"], "correct");
     // The service's worker wrote those documents: it counts one of each verdict.
     assert_eq!(service.get("/v1/workers").as_array().map(Vec::len), Some(1));
-    let metrics = reqwest::blocking::Client::new()
-        .get(format!("{}/metrics", service.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .and_then(|r| r.text())
-        .unwrap();
+    let metrics = service.get_text("/metrics");
     let evaluated = |verdict: &str| {
         metrics
             .lines()
@@ -264,32 +276,13 @@ fn bench_leaves_turns_the_service_did_not_judge_unscored() {
     )]);
     let dir = tempfile::tempdir().unwrap();
     let bench = |out: &Path, service: &str, extra: &[&str]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_crucible"))
-            .args([
-                "bench", "--suite", "builtin", "--limit", "1", "--turns", "1",
-            ])
-            .args([
-                "--model",
-                &server.url,
-                "--service",
-                service,
-                "--token",
-                TOKEN,
-            ])
-            .args(extra)
-            .arg("--out")
-            .arg(out)
-            .output()
-            .expect("run crucible");
+        let output = bench_on_service(out, &server.url, service, TOKEN, "1", extra);
         assert!(
             output.status.success(),
             "{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
-        let turn: serde_json::Value =
-            serde_json::from_str(records.lines().next().expect("a turn")).unwrap();
-        turn
+        recorded_turns(out).remove(0)
     };
 
     let idle = Service::start(&["--workers", "0"]);

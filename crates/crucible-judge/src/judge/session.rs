@@ -405,14 +405,14 @@ impl Session {
     /// itself from the repeat's start (the gate's exclusive claim, as in its timed phases; its
     /// wait counts in the repeat) to the measurement's end.
     fn checks(&mut self, eval: &mut Evaluation<'_>) -> Result<bool, Stop> {
-        let passed = self
-            .repeat(eval)
-            .map(|held| (self.launch_check(eval), held));
-        let checked = match passed {
-            Ok((true, _held)) => self.precision(eval).map(|()| true),
-            Ok((false, _)) => Ok(false),
-            Err(stop) => Err(stop),
-        };
+        let checked = self.repeat(eval).and_then(|_exclusive| {
+            // `_exclusive` (the claim, if any) lives until the measurement is done.
+            if self.launch_check(eval) {
+                self.precision(eval).map(|()| true)
+            } else {
+                Ok(false)
+            }
+        });
         eval.holds_device = false;
         checked
     }
