@@ -134,6 +134,20 @@ def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):
         checked = ref.check({"trial": trial, "keep": trial == 0, "against_kept": trial == 1})
     assert len(checked["repeat_problems"]) == 1
     assert checked["repeat_problems"][0].startswith("output 0, second run vs first: ")
+    assert ref.kept is None  # not held through the timed phases
+
+
+def test_the_first_run_is_kept_only_until_the_repeat(ref):
+    for trial in (0, 1):
+        _desc, inputs, slots = shared(ref.prepare({"trial": trial, "seed": 3})["payload"])
+        slots[0].copy_(torch.relu(inputs[0]))
+        checked = ref.check({"trial": trial, "keep": trial == 0})
+        assert checked["problems"] == []
+        assert ref.kept is not None  # trial 1 is no repeat: the first run is still needed
+    _desc, inputs, slots = shared(ref.prepare({"trial": 2, "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    assert ref.check({"trial": 2, "against_kept": True})["repeat_problems"] == []
+    assert ref.kept is None
 
 
 def _kept_trial_measured(ref, ahead, monkeypatch):

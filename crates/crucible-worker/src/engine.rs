@@ -365,6 +365,13 @@ impl Engine {
             let first = result;
             cfg.device_shared = false;
             let alone = self.alone.write();
+            // Alone means beside no waiting pair either: their contexts hold device memory.
+            let made_way = self.pool.as_ref().map(WarmPool::make_way);
+            if let (Some(probe), Some(made_way)) = (&self.probe, &made_way) {
+                probe(EngineEvent::MadeWay {
+                    dropped: made_way.dropped(),
+                });
+            }
             // Nothing else runs now, but the killed attempts may still be exiting.
             let settled = self.reaper.settle(SETTLE_WITHIN)
                 && self
@@ -378,6 +385,7 @@ impl Engine {
                 );
             }
             let mut result = run(&cfg);
+            drop(made_way);
             drop(alone);
             note_retry(&mut result, &first);
             return result;

@@ -13,7 +13,7 @@ use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
 
 mod common;
 
-use common::{fixture, runtime, wait_until};
+use common::{fixture, harness_descendants, runtime, wait_until};
 
 fn job(task: &str, candidate: &str, seed: u64) -> Job {
     Job {
@@ -184,35 +184,10 @@ fn nice_of(pid: u32) -> Option<i32> {
 }
 
 /// The nice values of this process's descendants running `crucible_harness` (the pools of
-/// every test in this binary among them; a sandboxed candidate runs under an init of its own).
+/// every test in this binary among them).
 fn harness_descendants_nice() -> Vec<i32> {
-    let parent_of = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
-    };
-    let me = std::process::id();
-    let descends = |mut pid: u32| {
-        while let Some(parent) = parent_of(pid) {
-            if parent == me {
-                return true;
-            }
-            if parent <= 1 {
-                return false;
-            }
-            pid = parent;
-        }
-        false
-    };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline).contains("crucible_harness") && descends(*pid)
-        })
+    harness_descendants()
+        .into_iter()
         .filter_map(nice_of)
         .collect()
 }

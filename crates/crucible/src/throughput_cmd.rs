@@ -566,6 +566,8 @@ struct Seen {
     start_cpu_s: [f64; 2],
     /// CPU seconds the evaluation's processes used in all (summed over a retry's two runs).
     cpu_s: Option<[f64; 2]>,
+    /// Waiting pairs the pool killed to make way for its retry alone.
+    pairs_dropped_for_retry: Option<usize>,
 }
 
 impl Seen {
@@ -619,6 +621,8 @@ struct Row {
     /// Run a second time alone after a fault that sharing the device can cause (the
     /// `retried-alone` finding): its wall holds both runs.
     retried_alone: bool,
+    /// Waiting pairs the pool killed to make way for that retry.
+    pairs_dropped_for_retry: Option<usize>,
     /// CPU seconds of its processes, `[referee, candidate]`: in all, and the part they had
     /// used when taken from the pool (their start-up).
     cpu_s: Option<[f64; 2]>,
@@ -906,6 +910,7 @@ impl Recorder {
                 }
             }
             EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
+            EngineEvent::MadeWay { dropped } => job.pairs_dropped_for_retry = Some(dropped),
             EngineEvent::WorkersTaken {
                 prestarted,
                 said_hello,
@@ -1142,6 +1147,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
         retried_alone,
+        pairs_dropped_for_retry: seen.pairs_dropped_for_retry,
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
         precision_ahead_s: result.precision.as_ref().and_then(|p| p.forwards_ahead_s),
@@ -1632,6 +1638,7 @@ impl Measured {
                 "prestarted": row.prestarted,
                 "said_hello": row.said_hello,
                 "retried_alone": row.retried_alone,
+                "pairs_dropped_for_retry": row.pairs_dropped_for_retry,
                 "cpu_s": row.cpu_s,
                 "start_cpu_s": row.start_cpu_s,
                 "stages": row.stages,

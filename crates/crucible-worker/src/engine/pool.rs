@@ -34,7 +34,23 @@ struct State {
     ready: VecDeque<Workers>,
     /// Pairs out of `ready` while their referee warms up (they count towards the depth).
     warming: usize,
+    /// An evaluation has the device to itself ([`WarmPool::make_way`]): nothing is started or
+    /// warmed up, and a pair whose warm-up ends meanwhile is dropped.
+    making_way: bool,
     stopping: bool,
+}
+
+impl State {
+    /// The pair `take` gives next: the oldest whose referee has warmed up, else the oldest that
+    /// has said hello, else the oldest still starting (it is ready soonest).
+    fn next(&self) -> Option<usize> {
+        let warmed = |w: &Workers| w.said_hello() && w.referee_warmed();
+        self.ready
+            .iter()
+            .position(warmed)
+            .or_else(|| self.ready.iter().position(Workers::said_hello))
+            .or((!self.ready.is_empty()).then_some(0))
+    }
 }
 
 struct Shared {
@@ -121,6 +137,7 @@ impl WarmPool {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
                 warming: 0,
+                making_way: false,
                 stopping: false,
             }),
             wake: Condvar::new(),
@@ -178,16 +195,11 @@ impl WarmPool {
             }
             alive
         });
-        let warmed = |w: &Workers| w.said_hello() && w.referee_warmed();
-        let ready = state
-            .ready
-            .iter()
-            .position(warmed)
-            .or_else(|| state.ready.iter().position(Workers::said_hello));
-        let taken = match ready {
-            Some(index) => state.ready.remove(index).map(|workers| (workers, true)),
-            None => state.ready.pop_front().map(|workers| (workers, false)),
-        };
+        let taken = state.next().and_then(|index| state.ready.remove(index));
+        let taken = taken.map(|workers| {
+            let said_hello = workers.said_hello();
+            (workers, said_hello)
+        });
         self.shared.wake.notify_all();
         drop(state);
         // Only a pool that lowered its pairs gives the priority back (`start` checked it may).
@@ -198,6 +210,38 @@ impl WarmPool {
             tracing::warn!("cannot give a prestarted pair the judge's priority: {error}");
         }
         taken
+    }
+
+    /// Makes way for an evaluation that must have the device to itself (a retry alone after a
+    /// failure that sharing the device may have caused): kills every waiting pair but the one
+    /// [`WarmPool::take`] gives next, and starts and warms up none until the guard is dropped.
+    /// Each waiting pair holds two CUDA contexts and what its referee's warm-up left cached
+    /// (0.5-0.7 GiB a process on an H100, 16 processes at N 4, K 8): beside them, a correct
+    /// 23_Softmax (6 GiB tensors) ran out of memory again when retried alone on an 80 GiB
+    /// H100, and was an `infra_error`, where a fresh process judged it correct.
+    pub fn make_way(&self) -> MadeWay<'_> {
+        let dropped: Vec<Workers> = match self.shared.state.lock() {
+            Ok(mut state) => {
+                state.making_way = true;
+                let keep = state.next();
+                let ready = std::mem::take(&mut state.ready);
+                let (kept, dropped): (Vec<_>, Vec<_>) = ready
+                    .into_iter()
+                    .enumerate()
+                    .partition(|(index, _)| Some(*index) == keep);
+                state.ready = kept.into_iter().map(|(_, workers)| workers).collect();
+                dropped.into_iter().map(|(_, workers)| workers).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        let count = dropped.len();
+        // Killed and waited for here, outside the lock (each pair kills its processes when
+        // dropped); the driver gives their memory back a moment later (`super::leftovers`).
+        drop(dropped);
+        MadeWay {
+            shared: &self.shared,
+            dropped: count,
+        }
     }
 
     /// Pairs waiting that have said hello (taking one waits for no start-up).
@@ -221,6 +265,28 @@ impl WarmPool {
     /// Pairs the pool keeps started when nobody takes any.
     pub fn depth(&self) -> usize {
         self.shared.depth
+    }
+}
+
+/// While alive, the pool starts no pair ([`WarmPool::make_way`]).
+pub struct MadeWay<'a> {
+    shared: &'a Shared,
+    dropped: usize,
+}
+
+impl MadeWay<'_> {
+    /// How many waiting pairs were killed to make way.
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+}
+
+impl Drop for MadeWay<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            state.making_way = false;
+        }
+        self.shared.wake.notify_all();
     }
 }
 
@@ -254,7 +320,9 @@ fn refill(shared: &Shared) {
             let Ok(mut state) = shared.state.lock() else {
                 return;
             };
-            while !state.stopping && state.ready.len() + state.warming >= shared.depth {
+            while !state.stopping
+                && (state.making_way || state.ready.len() + state.warming >= shared.depth)
+            {
                 state = match shared.wake.wait(state) {
                     Ok(state) => state,
                     Err(_) => return,
@@ -283,6 +351,13 @@ fn refill(shared: &Shared) {
                 };
                 if state.stopping {
                     return;
+                }
+                if state.making_way {
+                    // Spawned while the pool made way: it must not hold the device beside the
+                    // retry either (killed outside the lock).
+                    drop(state);
+                    drop(workers);
+                    continue;
                 }
                 state.ready.push_back(workers);
             }
@@ -340,7 +415,9 @@ fn warm_up_referees(shared: &Shared, gate: &dyn TimedPhaseGate) {
                 if state.stopping {
                     return;
                 }
-                if let Some(index) = state.ready.iter().position(Workers::referee_awaits_warm_up)
+                if !state.making_way
+                    && let Some(index) =
+                        state.ready.iter().position(Workers::referee_awaits_warm_up)
                     && let Some(workers) = state.ready.remove(index)
                 {
                     state.warming += 1;
@@ -357,11 +434,21 @@ fn warm_up_referees(shared: &Shared, gate: &dyn TimedPhaseGate) {
             return;
         };
         state.warming -= 1;
-        match warmed {
-            Ok(()) if !state.stopping => state.ready.push_front(workers),
-            Ok(()) => {}
-            Err(error) => tracing::warn!("a prestarted referee's warm-up failed; dropped: {error}"),
-        }
+        // A pair that warmed up while an evaluation has the device to itself goes too (after
+        // the lock is let go: dropping it kills and waits for its processes).
+        let dropped = match warmed {
+            Ok(()) if !state.stopping && !state.making_way => {
+                state.ready.push_front(workers);
+                None
+            }
+            Ok(()) => Some(workers),
+            Err(error) => {
+                tracing::warn!("a prestarted referee's warm-up failed; dropped: {error}");
+                Some(workers)
+            }
+        };
         shared.wake.notify_all();
+        drop(state);
+        drop(dropped);
     }
 }

@@ -35,3 +35,39 @@ pub fn wait_until<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Op
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// This process's descendants running `crucible_harness`: every pool's referees, candidate
+/// harnesses and referee zygote (a sandboxed candidate runs under an init of its own, which
+/// descends from this process too). A test binary's tests run at once, so only a binary with one
+/// test that starts processes can count them.
+#[allow(dead_code)] // not every test binary counts processes
+pub fn harness_descendants() -> Vec<u32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+    };
+    let me = std::process::id();
+    let descends = |mut pid: u32| {
+        while let Some(parent) = parent_of(pid) {
+            if parent == me {
+                return true;
+            }
+            if parent <= 1 {
+                return false;
+            }
+            pid = parent;
+        }
+        false
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("crucible_harness") && descends(*pid)
+        })
+        .collect()
+}
