@@ -29,7 +29,7 @@ pub use judge::{
     Abort, EvalConfig, Generalize, LargeTasks, Prestart, ReferenceKey, ReferenceTiming,
     ReferenceTimingCache, SourceFile, StageLimits, StageObserver, TIMED_NICE, Teardown,
     TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile, Transport, Workers, evaluate,
-    evaluate_taking, evaluate_with, infra_error_result, large_work_bytes_for,
+    evaluate_taking, evaluate_with, file_ref, infra_error_result, large_work_bytes_for,
 };
 pub use runtime::{DeviceFacts, Runtime, device_facts};
 pub use sandbox::Sandbox;

@@ -148,6 +148,9 @@ pub struct Engine {
     probe: Option<Probe>,
     /// Evaluations share the device (read); a retry after running out of memory runs alone.
     alone: RwLock<()>,
+    /// Tasks (by task file and size profile) whose evaluations run alone from the start: one of
+    /// them ran out of memory beside others while its own trials were large work.
+    alone_tasks: crucible_judge::LargeTasks,
     reaper: Arc<reaper::Reaper>,
 }
 
@@ -249,6 +252,7 @@ impl Engine {
             tasks,
             probe: tuning.probe,
             alone: RwLock::new(()),
+            alone_tasks: crucible_judge::LargeTasks::new(),
             reaper,
         })
     }
@@ -356,40 +360,72 @@ impl Engine {
             crucible_judge::evaluate_taking(&self.runtime, files, cfg, || self.take_workers())
         };
         let shared_device = self.options.concurrency > 1;
+        let task_sha256 = crucible_judge::file_ref(&task_path, task_src).sha256;
+        let profile = cfg.size_profile.clone();
+        if shared_device && self.alone_tasks.contains(&task_sha256, profile.as_deref()) {
+            let mut result = self.run_alone(&cfg, run);
+            result.findings.push(Finding::new(
+                "ran-alone",
+                Severity::Info,
+                "an earlier evaluation of this task ran out of device memory beside other \
+                 evaluations (its trials' tensors are large for this device), so this one had \
+                 the device to itself",
+            ));
+            return result;
+        }
         cfg.device_shared = shared_device;
         let shared = self.alone.read();
         let result = run(&cfg);
         drop(shared);
         if shared_device && shared_device_fault(&result) && !control.is_cancelled() {
-            // The engine, not the candidate, put several evaluations on one device.
+            // The engine, not the candidate, put several evaluations on one device. A task
+            // whose own work is large there will not fit beside others next time either, and
+            // its first attempts fail the evaluations beside them too (an 80 GiB H100: with
+            // each correct 23_Softmax, the three matmuls beside it ran out of memory).
+            if self
+                .base
+                .large_tasks
+                .as_ref()
+                .is_some_and(|large| large.contains(&task_sha256, profile.as_deref()))
+            {
+                self.alone_tasks.insert(&task_sha256, profile.as_deref());
+            }
             let first = result;
-            cfg.device_shared = false;
-            let alone = self.alone.write();
-            // Alone means beside no waiting pair either: their contexts hold device memory.
-            let made_way = self.pool.as_ref().map(WarmPool::make_way);
-            if let (Some(probe), Some(made_way)) = (&self.probe, &made_way) {
-                probe(EngineEvent::MadeWay {
-                    dropped: made_way.dropped(),
-                });
-            }
-            // Nothing else runs now, but the killed attempts may still be exiting.
-            let settled = self.reaper.settle(SETTLE_WITHIN)
-                && self
-                    .facts
-                    .uuid
-                    .as_deref()
-                    .is_none_or(|uuid| leftovers::wait_until_released(uuid, SETTLE_WITHIN));
-            if !settled {
-                tracing::warn!(
-                    "retrying alone while earlier evaluations' processes may still hold the device"
-                );
-            }
-            let mut result = run(&cfg);
-            drop(made_way);
-            drop(alone);
+            let mut result = self.run_alone(&cfg, run);
             note_retry(&mut result, &first);
             return result;
         }
+        result
+    }
+
+    /// Runs an evaluation with the device to itself: once the evaluations in flight ended and
+    /// their processes are gone, beside no waiting pair of the pool either (their contexts hold
+    /// device memory), while new evaluations wait.
+    fn run_alone(&self, cfg: &EvalConfig, run: impl Fn(&EvalConfig) -> EvalResult) -> EvalResult {
+        let mut cfg = cfg.clone();
+        cfg.device_shared = false;
+        let alone = self.alone.write();
+        let made_way = self.pool.as_ref().map(WarmPool::make_way);
+        if let (Some(probe), Some(made_way)) = (&self.probe, &made_way) {
+            probe(EngineEvent::MadeWay {
+                dropped: made_way.dropped(),
+            });
+        }
+        // Nothing else runs now, but the killed evaluations may still be exiting.
+        let settled = self.reaper.settle(SETTLE_WITHIN)
+            && self
+                .facts
+                .uuid
+                .as_deref()
+                .is_none_or(|uuid| leftovers::wait_until_released(uuid, SETTLE_WITHIN));
+        if !settled {
+            tracing::warn!(
+                "running alone while earlier evaluations' processes may still hold the device"
+            );
+        }
+        let result = run(&cfg);
+        drop(made_way);
+        drop(alone);
         result
     }
 

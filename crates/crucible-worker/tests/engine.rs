@@ -516,3 +516,53 @@ fn lets_the_gpu_go_during(stage: &str) {
         "a timed phase waited {waited:?} for a candidate that was in its {stage} stand-in"
     );
 }
+
+/// A task whose own trials are large work, and whose evaluation ran out of memory beside other
+/// evaluations, runs alone from then on (on an 80 GiB H100 each correct 23_Softmax failed beside
+/// three matmuls, and they beside it); a retry that large work did not follow marks nothing.
+#[test]
+fn a_large_task_that_ran_out_of_memory_beside_others_runs_alone_from_then_on() {
+    let Some(runtime) = runtime() else { return };
+    let codes = |result: &EvalResult| -> Vec<String> {
+        result
+            .findings
+            .iter()
+            .map(|f| f.code.clone())
+            .filter(|code| code.ends_with("-alone"))
+            .collect()
+    };
+    let options = EngineOptions {
+        concurrency: 2,
+        warm_pool: false,
+        ..EngineOptions::default()
+    };
+    for (large_work_bytes, marked) in [(1, true), (u64::MAX, false)] {
+        let mut tuning = tuning(None);
+        if let Some(base) = tuning.base.as_mut() {
+            // The engine sets these from the GPU's memory; on the CPU every trial is large here.
+            base.large_work_bytes = large_work_bytes;
+            base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+        }
+        let engine = engine(&runtime, options, tuning);
+        let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 1));
+        assert_eq!(oom.verdict, Verdict::RuntimeError, "{:#?}", oom.failure);
+        assert_eq!(codes(&oom), ["retried-alone"]);
+        let same_task = engine.evaluate(&job("task_relu.py", "honest_relu.py", 2));
+        assert_eq!(
+            same_task.verdict,
+            Verdict::Correct,
+            "{:#?}",
+            same_task.failure
+        );
+        let expected: &[&str] = if marked { &["ran-alone"] } else { &[] };
+        assert_eq!(codes(&same_task), expected, "large work {large_work_bytes}");
+        let other_task = engine.evaluate(&job("task_wide_softmax.py", "honest_wide_softmax.py", 3));
+        assert_eq!(
+            other_task.verdict,
+            Verdict::Correct,
+            "{:#?}",
+            other_task.failure
+        );
+        assert_eq!(codes(&other_task), Vec::<String>::new());
+    }
+}

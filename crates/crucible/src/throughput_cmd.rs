@@ -621,8 +621,10 @@ struct Row {
     /// Run a second time alone after a fault that sharing the device can cause (the
     /// `retried-alone` finding): its wall holds both runs.
     retried_alone: bool,
-    /// Waiting pairs the pool killed to make way for that retry.
+    /// Waiting pairs the pool killed to make way for that retry (or for a run alone).
     pairs_dropped_for_retry: Option<usize>,
+    /// Run alone from the start (`ran-alone`: its task ran out of memory beside others before).
+    ran_alone: bool,
     /// CPU seconds of its processes, `[referee, candidate]`: in all, and the part they had
     /// used when taken from the pool (their start-up).
     cpu_s: Option<[f64; 2]>,
@@ -1148,6 +1150,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         said_hello: seen.said_hello,
         retried_alone,
         pairs_dropped_for_retry: seen.pairs_dropped_for_retry,
+        ran_alone: result.findings.iter().any(|f| f.code == "ran-alone"),
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
         precision_ahead_s: result.precision.as_ref().and_then(|p| p.forwards_ahead_s),
@@ -1162,7 +1165,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
                 f.severity >= crucible_result::Severity::Flag
                     || matches!(
                         f.code.as_str(),
-                        "retried-alone" | "precision-retried" | "timing-rechecked"
+                        "retried-alone" | "ran-alone" | "precision-retried" | "timing-rechecked"
                     )
             })
             .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
@@ -1397,10 +1400,12 @@ impl Measured {
         let prestarted = self.rows.iter().filter(|r| r.prestarted).count();
         let said_hello = self.rows.iter().filter(|r| r.said_hello).count();
         let retried = self.rows.iter().filter(|r| r.retried_alone).count();
+        let ran_alone = self.rows.iter().filter(|r| r.ran_alone).count();
         println!(
             "  prestarted pairs used: {prestarted}/{n} ({said_hello} had said hello when taken); \
              reference cache: {} hits, {} measured; retried alone after a shared-device fault: \
-             {retried}",
+             {retried}; ran alone from the start (their task ran out of memory beside others \
+             before): {ran_alone}",
             self.cache.0, self.cache.1
         );
         if self.launchers.0 > 0 {
@@ -1639,6 +1644,7 @@ impl Measured {
                 "said_hello": row.said_hello,
                 "retried_alone": row.retried_alone,
                 "pairs_dropped_for_retry": row.pairs_dropped_for_retry,
+                "ran_alone": row.ran_alone,
                 "cpu_s": row.cpu_s,
                 "start_cpu_s": row.start_cpu_s,
                 "stages": row.stages,
