@@ -146,7 +146,8 @@ pub struct Engine {
     slots: Slots,
     tasks: TaskFiles,
     probe: Option<Probe>,
-    /// Evaluations share the device (read); a retry after running out of memory runs alone.
+    /// Evaluations share the device (read); a retry after a shared-device fault, and every
+    /// evaluation of a task in `alone_tasks`, runs alone (write).
     alone: RwLock<()>,
     /// Tasks (by task file and size profile) whose evaluations run alone from the start: one of
     /// them ran out of memory beside others while its own trials were large work.
@@ -382,11 +383,12 @@ impl Engine {
             // whose own work is large there will not fit beside others next time either, and
             // its first attempts fail the evaluations beside them too (an 80 GiB H100: with
             // each correct 23_Softmax, the three matmuls beside it ran out of memory).
-            if self
-                .base
-                .large_tasks
-                .as_ref()
-                .is_some_and(|large| large.contains(&task_sha256, profile.as_deref()))
+            if ran_out_of_memory(&result)
+                && self
+                    .base
+                    .large_tasks
+                    .as_ref()
+                    .is_some_and(|large| large.contains(&task_sha256, profile.as_deref()))
             {
                 self.alone_tasks.insert(&task_sha256, profile.as_deref());
             }
@@ -525,6 +527,23 @@ fn shared_device_fault(result: &EvalResult) -> bool {
     })
 }
 
+/// Whether the device ran out of memory: the candidate's (`out_of_memory`), or the judge's side
+/// (an `infra_error` saying so: torch's `OutOfMemoryError`, cuBLAS failing to allocate).
+fn ran_out_of_memory(result: &EvalResult) -> bool {
+    result.failure.as_ref().is_some_and(failed_for_memory)
+}
+
+fn failed_for_memory(f: &crucible_result::Failure) -> bool {
+    match f.class {
+        FailureClass::OutOfMemory => true,
+        FailureClass::InfraError => {
+            let message = f.message.to_ascii_lowercase();
+            message.contains("out of memory") || message.contains("alloc_failed")
+        }
+        _ => false,
+    }
+}
+
 /// Says in the retried result why it was retried and what the first attempt got.
 fn note_retry(result: &mut EvalResult, first: &EvalResult) {
     let (stage, message) = first
@@ -661,4 +680,42 @@ pub fn evaluate_all(engine: &Engine, jobs: &[Job]) -> Vec<EvalResult> {
         .into_iter()
         .flatten()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crucible_result::Failure;
+
+    fn failure(class: FailureClass, message: &str) -> Failure {
+        Failure {
+            class,
+            stage: "trial_0".into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn only_a_failure_for_memory_marks_a_task_to_run_alone() {
+        // As the H100's referees reported them.
+        let referee =
+            "referee failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB.";
+        let cublas = "referee failed: RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when \
+                      calling `cublasCreate(handle)`";
+        assert!(failed_for_memory(&failure(
+            FailureClass::InfraError,
+            referee
+        )));
+        assert!(failed_for_memory(&failure(
+            FailureClass::InfraError,
+            cublas
+        )));
+        assert!(failed_for_memory(&failure(FailureClass::OutOfMemory, "")));
+        let died = "referee the process ended: ended with an unknown status";
+        assert!(!failed_for_memory(&failure(FailureClass::InfraError, died)));
+        assert!(!failed_for_memory(&failure(
+            FailureClass::RuntimeError,
+            referee
+        )));
+    }
 }
