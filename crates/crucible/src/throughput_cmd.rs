@@ -566,8 +566,8 @@ struct Seen {
     start_cpu_s: [f64; 2],
     /// CPU seconds the evaluation's processes used in all (summed over a retry's two runs).
     cpu_s: Option<[f64; 2]>,
-    /// Waiting pairs the pool killed to make way for its retry alone.
-    pairs_dropped_for_retry: Option<usize>,
+    /// Waiting pairs the pool killed to make way for its run alone (a retry, or `ran-alone`).
+    pairs_dropped_to_run_alone: Option<usize>,
 }
 
 impl Seen {
@@ -621,8 +621,8 @@ struct Row {
     /// Run a second time alone after a fault that sharing the device can cause (the
     /// `retried-alone` finding): its wall holds both runs.
     retried_alone: bool,
-    /// Waiting pairs the pool killed to make way for that retry (or for a run alone).
-    pairs_dropped_for_retry: Option<usize>,
+    /// Waiting pairs the pool killed to make way for its run alone (see [`Seen`]).
+    pairs_dropped_to_run_alone: Option<usize>,
     /// Run alone from the start (`ran-alone`: its task ran out of memory beside others before).
     ran_alone: bool,
     /// CPU seconds of its processes, `[referee, candidate]`: in all, and the part they had
@@ -912,7 +912,7 @@ impl Recorder {
                 }
             }
             EngineEvent::ReferenceTiming { hit } => job.cache_hits.push(hit),
-            EngineEvent::MadeWay { dropped } => job.pairs_dropped_for_retry = Some(dropped),
+            EngineEvent::MadeWay { dropped } => job.pairs_dropped_to_run_alone = Some(dropped),
             EngineEvent::WorkersTaken {
                 prestarted,
                 said_hello,
@@ -1149,7 +1149,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         prestarted: seen.prestarted,
         said_hello: seen.said_hello,
         retried_alone,
-        pairs_dropped_for_retry: seen.pairs_dropped_for_retry,
+        pairs_dropped_to_run_alone: seen.pairs_dropped_to_run_alone,
         ran_alone: result.findings.iter().any(|f| f.code == "ran-alone"),
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
@@ -1643,7 +1643,7 @@ impl Measured {
                 "prestarted": row.prestarted,
                 "said_hello": row.said_hello,
                 "retried_alone": row.retried_alone,
-                "pairs_dropped_for_retry": row.pairs_dropped_for_retry,
+                "pairs_dropped_to_run_alone": row.pairs_dropped_to_run_alone,
                 "ran_alone": row.ran_alone,
                 "cpu_s": row.cpu_s,
                 "start_cpu_s": row.start_cpu_s,

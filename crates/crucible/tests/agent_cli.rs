@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{ReplayServer, Reply, rule};
+use crucible_testkit::recorded_turns;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -47,11 +48,7 @@ fn bench_then_distill_and_rollout_resume_the_run() {
     let stdout = crucible(&["bench"], &server.url, &out);
     assert!(stdout.contains("wrote"), "{stdout}");
     assert_eq!(server.requests().len(), 2);
-    let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
-    let turns: Vec<serde_json::Value> = records
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let turns = recorded_turns(&out);
     assert_eq!(turns.len(), 2);
     assert_eq!(turns[0]["result"]["verdict"], "incorrect");
     let note = turns[0]["feedback"].as_str().unwrap();
@@ -190,15 +187,6 @@ fn bench_on_service(
         .arg(out)
         .output()
         .expect("run crucible")
-}
-
-/// The turns a run recorded, in order.
-fn recorded_turns(out: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(out.join("records.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// `crucible bench --service`: every turn judged by the service's worker (its result documents,

@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crucible_testkit::recorded_turns;
+
 struct Server(Child);
 
 impl Drop for Server {
@@ -117,14 +119,6 @@ fn crucible(command: &str, extra: &[&str], url: &str, out: &Path) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn records(out: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(out.join("records.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 #[test]
 fn bench_and_distill_against_llama_cpp_server() {
     let Ok(python) = std::env::var("CRUCIBLE_LLM_PYTHON") else {
@@ -141,7 +135,7 @@ fn bench_and_distill_against_llama_cpp_server() {
     let out = dir.path().join("run");
 
     crucible("bench", &[], &url, &out);
-    let turns = records(&out);
+    let turns = recorded_turns(&out);
     assert_eq!(turns.len(), 2, "two turns of one sample");
     for t in &turns {
         assert!(t["error"].is_null(), "rollout error: {}", t["error"]);
@@ -165,7 +159,7 @@ fn bench_and_distill_against_llama_cpp_server() {
 
     // Resume: the run is complete, nothing is generated again.
     crucible("bench", &[], &url, &out);
-    assert_eq!(records(&out), turns);
+    assert_eq!(recorded_turns(&out), turns);
 
     let stdout = crucible("distill", &["--min-speedup", "0"], &url, &out);
     let tally: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();

@@ -213,7 +213,7 @@ impl WarmPool {
     }
 
     /// Makes way for an evaluation that must have the device to itself (a retry alone after a
-    /// failure that sharing the device may have caused): kills every waiting pair but the one
+    /// failure that sharing the device may have caused, or a task known to need it): kills every waiting pair but the one
     /// [`WarmPool::take`] gives next, and starts and warms up none until the guard is dropped.
     /// Each waiting pair holds two CUDA contexts and what its referee's warm-up left cached
     /// (0.5-0.7 GiB a process on an H100, 16 processes at N 4, K 8): beside them, a correct
@@ -223,14 +223,10 @@ impl WarmPool {
         let dropped: Vec<Workers> = match self.shared.state.lock() {
             Ok(mut state) => {
                 state.making_way = true;
-                let keep = state.next();
-                let ready = std::mem::take(&mut state.ready);
-                let (kept, dropped): (Vec<_>, Vec<_>) = ready
-                    .into_iter()
-                    .enumerate()
-                    .partition(|(index, _)| Some(*index) == keep);
-                state.ready = kept.into_iter().map(|(_, workers)| workers).collect();
-                dropped.into_iter().map(|(_, workers)| workers).collect()
+                let kept = state.next().and_then(|index| state.ready.remove(index));
+                let dropped = std::mem::take(&mut state.ready);
+                state.ready.extend(kept);
+                dropped.into()
             }
             Err(_) => Vec::new(),
         };
