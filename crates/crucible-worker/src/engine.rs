@@ -150,9 +150,35 @@ pub struct Engine {
     /// evaluation of a task in `alone_tasks`, runs alone (write).
     alone: RwLock<()>,
     /// Tasks (by task file and size profile) whose evaluations run alone from the start: one of
-    /// them ran out of memory beside others while its own trials were large work.
+    /// them ran out of memory beside others while its own trials were large work. The warm
+    /// pool's waiting pairs stay beside them ([`Alone::AmongEvaluations`]) unless the task is
+    /// in `clearing_tasks` too.
     alone_tasks: crucible_judge::LargeTasks,
+    /// Tasks of `alone_tasks` whose evaluation ran out of memory again beside the pool's
+    /// waiting pairs: they clear the device of those too ([`Alone::ClearDevice`]).
+    clearing_tasks: crucible_judge::LargeTasks,
     reaper: Arc<reaper::Reaper>,
+}
+
+/// An evaluation's run, given how it takes its processes (after the static verifier).
+type RunTaking<'a> =
+    dyn Fn(&EvalConfig, &mut dyn FnMut() -> Option<crucible_judge::Workers>) -> EvalResult + 'a;
+
+/// How much of the device an evaluation that runs alone has to itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alone {
+    /// No other evaluation runs; the warm pool's waiting pairs stay (on an H200 a 23_Softmax
+    /// fits beside them, and killing them cost the next evaluations their start-up).
+    AmongEvaluations,
+    /// Nor any waiting pair of the pool: each holds two CUDA contexts (a retry alone, and a
+    /// task that ran out of memory beside them, as 23_Softmax did on an 80 GiB H100).
+    ClearDevice,
+}
+
+/// Held while an evaluation runs alone; the pool starts pairs again first, then evaluations.
+struct AloneGuard<'a> {
+    _made_way: Option<pool::MadeWay<'a>>,
+    _evaluations: std::sync::LockResult<std::sync::RwLockWriteGuard<'a, ()>>,
 }
 
 impl Drop for Engine {
@@ -254,6 +280,7 @@ impl Engine {
             probe: tuning.probe,
             alone: RwLock::new(()),
             alone_tasks: crucible_judge::LargeTasks::new(),
+            clearing_tasks: crucible_judge::LargeTasks::new(),
             reaper,
         })
     }
@@ -353,30 +380,23 @@ impl Engine {
         if let Some(deadline) = job.deadline {
             cap_limits(&mut cfg.limits, deadline);
         }
-        let run = |cfg: &EvalConfig| {
+        let run = |cfg: &EvalConfig, take: &mut dyn FnMut() -> Option<crucible_judge::Workers>| {
             let files = (
                 (task_path.as_path(), task_src),
                 (candidate_path.as_path(), candidate_src),
             );
-            crucible_judge::evaluate_taking(&self.runtime, files, cfg, || self.take_workers())
+            crucible_judge::evaluate_taking(&self.runtime, files, cfg, take)
         };
         let shared_device = self.options.concurrency > 1;
         let task_sha256 = crucible_judge::file_ref(&task_path, task_src).sha256;
         let profile = cfg.size_profile.clone();
-        if shared_device && self.alone_tasks.contains(&task_sha256, profile.as_deref()) {
-            let mut result = self.run_alone(&cfg, run);
-            result.findings.push(Finding::new(
-                "ran-alone",
-                Severity::Info,
-                "an earlier evaluation of this task ran out of device memory beside other \
-                 evaluations (its trials' tensors are large for this device), so this one had \
-                 the device to itself",
-            ));
-            return result;
+        let task = (task_sha256.as_str(), profile.as_deref());
+        if shared_device && self.alone_tasks.contains(task.0, task.1) {
+            return self.run_task_alone(&cfg, &run, task, control);
         }
         cfg.device_shared = shared_device;
         let shared = self.alone.read();
-        let result = run(&cfg);
+        let result = run(&cfg, &mut || self.take_workers());
         drop(shared);
         if shared_device && shared_device_fault(&result) && !control.is_cancelled() {
             // The engine, not the candidate, put several evaluations on one device. A task
@@ -388,32 +408,100 @@ impl Engine {
                     .base
                     .large_tasks
                     .as_ref()
-                    .is_some_and(|large| large.contains(&task_sha256, profile.as_deref()))
+                    .is_some_and(|large| large.contains(task.0, task.1))
             {
-                self.alone_tasks.insert(&task_sha256, profile.as_deref());
+                self.alone_tasks.insert(task.0, task.1);
             }
             let first = result;
-            let mut result = self.run_alone(&cfg, run);
+            let (mut result, _) = self.run_alone(&cfg, &run, Alone::ClearDevice);
             note_retry(&mut result, &first);
             return result;
         }
         result
     }
 
-    /// Runs an evaluation with the device to itself: once the evaluations in flight ended and
-    /// their processes are gone, beside no waiting pair of the pool either (their contexts hold
-    /// device memory), while new evaluations wait.
-    fn run_alone(&self, cfg: &EvalConfig, run: impl Fn(&EvalConfig) -> EvalResult) -> EvalResult {
+    /// An evaluation of a task in `alone_tasks`: alone among evaluations, or with the pool's
+    /// waiting pairs gone too where that did not fit before (`clearing_tasks`). An attempt
+    /// beside the pairs that runs out of memory is retried with the device cleared, and its
+    /// task clears it from then on.
+    fn run_task_alone(
+        &self,
+        cfg: &EvalConfig,
+        run: &RunTaking<'_>,
+        (task_sha256, profile): (&str, Option<&str>),
+        control: &Control,
+    ) -> EvalResult {
+        let alone = if self.clearing_tasks.contains(task_sha256, profile) {
+            Alone::ClearDevice
+        } else {
+            Alone::AmongEvaluations
+        };
+        let (mut result, mut entered) = self.run_alone(cfg, run, alone);
+        if alone == Alone::AmongEvaluations
+            && shared_device_fault(&result)
+            && !control.is_cancelled()
+        {
+            if ran_out_of_memory(&result) {
+                self.clearing_tasks.insert(task_sha256, profile);
+            }
+            let first = result;
+            (result, entered) = self.run_alone(cfg, run, Alone::ClearDevice);
+            note_retry(&mut result, &first);
+        }
+        // A candidate the static verifier refused never took the device.
+        if let Some(alone) = entered {
+            result.findings.push(Finding::new(
+                "ran-alone",
+                Severity::Info,
+                format!(
+                    "an earlier evaluation of this task ran out of device memory beside other \
+                     evaluations (its trials' tensors are large for this device), so this one \
+                     ran with {}",
+                    match alone {
+                        Alone::AmongEvaluations => "no other evaluation beside it",
+                        Alone::ClearDevice =>
+                            "the device to itself (the warm pool's waiting processes too)",
+                    }
+                ),
+            ));
+        }
+        result
+    }
+
+    /// Runs an evaluation alone. It enters only once it is about to take its processes (after
+    /// the static verifier): then it waits until the evaluations in flight ended, and for
+    /// [`Alone::ClearDevice`] has the pool kill its waiting pairs, and until their processes
+    /// are gone, while new evaluations wait. Says whether it entered.
+    fn run_alone(
+        &self,
+        cfg: &EvalConfig,
+        run: &RunTaking<'_>,
+        alone: Alone,
+    ) -> (EvalResult, Option<Alone>) {
         let mut cfg = cfg.clone();
         cfg.device_shared = false;
-        let alone = self.alone.write();
-        let made_way = self.pool.as_ref().map(WarmPool::make_way);
+        let mut held = None;
+        let result = run(&cfg, &mut || {
+            held = Some(self.enter_alone(alone));
+            self.take_workers()
+        });
+        let entered = held.is_some().then_some(alone);
+        drop(held);
+        (result, entered)
+    }
+
+    fn enter_alone(&self, alone: Alone) -> AloneGuard<'_> {
+        let evaluations = self.alone.write();
+        let made_way = match alone {
+            Alone::ClearDevice => self.pool.as_ref().map(WarmPool::make_way),
+            Alone::AmongEvaluations => None,
+        };
         if let (Some(probe), Some(made_way)) = (&self.probe, &made_way) {
             probe(EngineEvent::MadeWay {
                 dropped: made_way.dropped(),
             });
         }
-        // Nothing else runs now, but the killed evaluations may still be exiting.
+        // Nothing else runs now, but the ended evaluations' processes may still be exiting.
         let settled = self.reaper.settle(SETTLE_WITHIN)
             && self
                 .facts
@@ -425,10 +513,10 @@ impl Engine {
                 "running alone while earlier evaluations' processes may still hold the device"
             );
         }
-        let result = run(&cfg);
-        drop(made_way);
-        drop(alone);
-        result
+        AloneGuard {
+            _made_way: made_way,
+            _evaluations: evaluations,
+        }
     }
 
     /// A prestarted pair from the pool, or `None` (the judge then starts one itself).

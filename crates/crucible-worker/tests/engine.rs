@@ -566,3 +566,96 @@ fn a_large_task_that_ran_out_of_memory_beside_others_runs_alone_from_then_on() {
         assert_eq!(codes(&other_task), Vec::<String>::new());
     }
 }
+
+/// A task that runs alone keeps the warm pool's waiting pairs beside it (on an H200 killing them
+/// for each 23_Softmax cost the evaluations after it their start-up: 1505 evaluations an hour at
+/// N 8 against 3942 at N 4) until it runs out of memory beside them; from then on it clears the
+/// device of them too. A candidate the static verifier refuses never waits for the device.
+#[test]
+fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside_them() {
+    let Some(runtime) = runtime() else { return };
+    let (probe, events) = recorder();
+    let mut tuning = tuning(Some(probe));
+    tuning.pool_depth = Some(2);
+    if let Some(base) = tuning.base.as_mut() {
+        // The engine sets these from the GPU's memory; on the CPU every trial is large here.
+        base.large_work_bytes = 1;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+    }
+    let options = EngineOptions {
+        concurrency: 2,
+        ..EngineOptions::default()
+    };
+    let engine = engine(&runtime, options, tuning);
+    let made_way = || {
+        events
+            .lock()
+            .expect("events")
+            .iter()
+            .filter(|event| matches!(event, EngineEvent::MadeWay { .. }))
+            .count()
+    };
+    let alone = |result: &EvalResult| -> Vec<(String, String)> {
+        result
+            .findings
+            .iter()
+            .filter(|f| f.code.ends_with("-alone"))
+            .map(|f| (f.code.clone(), f.message.clone()))
+            .collect()
+    };
+    let codes = |result: &EvalResult| -> Vec<String> {
+        alone(result).into_iter().map(|(code, _)| code).collect()
+    };
+
+    // Out of memory beside others: retried with the device cleared, and marked.
+    let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 1));
+    assert_eq!(oom.verdict, Verdict::RuntimeError, "{:#?}", oom.failure);
+    assert_eq!(codes(&oom), ["retried-alone"]);
+    assert_eq!(made_way(), 1);
+
+    // The task's next evaluation: no other evaluation beside it, the pool's pairs stay.
+    let honest = engine.evaluate(&job("task_relu.py", "honest_relu.py", 2));
+    assert_eq!(honest.verdict, Verdict::Correct, "{:#?}", honest.failure);
+    let found = alone(&honest);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "ran-alone");
+    assert!(
+        found[0].1.contains("no other evaluation beside it"),
+        "{found:?}"
+    );
+    assert_eq!(made_way(), 1, "the pool kept its pairs");
+
+    // Refused by the static verifier: it never took the device, so it never ran alone.
+    let refused = engine.evaluate(&job("task_relu.py", "syntax_error.py", 3));
+    assert_eq!(
+        refused.verdict,
+        Verdict::CompileError,
+        "{:#?}",
+        refused.failure
+    );
+    assert_eq!(
+        refused.failure.as_ref().map(|f| f.stage.as_str()),
+        Some("verify")
+    );
+    assert_eq!(codes(&refused), Vec::<String>::new());
+    assert_eq!(made_way(), 1);
+
+    // Out of memory again beside the pool's pairs: retried with the device cleared ...
+    let oom_again = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 4));
+    assert_eq!(
+        oom_again.verdict,
+        Verdict::RuntimeError,
+        "{:#?}",
+        oom_again.failure
+    );
+    assert_eq!(codes(&oom_again), ["retried-alone", "ran-alone"]);
+    assert_eq!(made_way(), 2);
+
+    // ... and the task clears it from the start from then on.
+    let cleared = engine.evaluate(&job("task_relu.py", "honest_relu.py", 5));
+    assert_eq!(cleared.verdict, Verdict::Correct, "{:#?}", cleared.failure);
+    let found = alone(&cleared);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].1.contains("the device to itself"), "{found:?}");
+    assert_eq!(made_way(), 3);
+}
