@@ -403,51 +403,49 @@ impl Engine {
             // whose own work is large there will not fit beside others next time either, and
             // its first attempts fail the evaluations beside them too (an 80 GiB H100: with
             // each correct 23_Softmax, the three matmuls beside it ran out of memory).
-            if ran_out_of_memory(&result)
-                && self
-                    .base
-                    .large_tasks
-                    .as_ref()
-                    .is_some_and(|large| large.contains(task.0, task.1))
-            {
+            if ran_out_of_memory(&result) && self.is_large(task) {
                 self.alone_tasks.insert(task.0, task.1);
             }
-            let first = result;
-            let (mut result, _) = self.run_alone(&cfg, &run, Alone::ClearDevice);
-            note_retry(&mut result, &first);
-            return result;
+            // A small task failed beside a large one: the pool's pairs never were the trouble,
+            // and killing them costs the next evaluations their start-up (an 80 GiB H100: six
+            // matmuls retried after one 23_Softmax, and 31 of 64 evaluations then started
+            // their own processes).
+            let alone = if self.is_large(task) {
+                Alone::ClearDevice
+            } else {
+                Alone::AmongEvaluations
+            };
+            let (mut retried, _) = self.run_alone_escalating(&cfg, &run, alone, task, control);
+            retried.notes.insert(0, (result, BESIDE_EVALUATIONS));
+            return retried.finish();
         }
         result
     }
 
+    /// Whether the task's trials were large work for this device (`EvalConfig::large_tasks`).
+    fn is_large(&self, (task_sha256, profile): (&str, Option<&str>)) -> bool {
+        self.base
+            .large_tasks
+            .as_ref()
+            .is_some_and(|large| large.contains(task_sha256, profile))
+    }
+
     /// An evaluation of a task in `alone_tasks`: alone among evaluations, or with the pool's
-    /// waiting pairs gone too where that did not fit before (`clearing_tasks`). An attempt
-    /// beside the pairs that runs out of memory is retried with the device cleared, and its
-    /// task clears it from then on.
+    /// waiting pairs gone too where that did not fit before (`clearing_tasks`).
     fn run_task_alone(
         &self,
         cfg: &EvalConfig,
         run: &RunTaking<'_>,
-        (task_sha256, profile): (&str, Option<&str>),
+        task: (&str, Option<&str>),
         control: &Control,
     ) -> EvalResult {
-        let alone = if self.clearing_tasks.contains(task_sha256, profile) {
+        let alone = if self.clearing_tasks.contains(task.0, task.1) {
             Alone::ClearDevice
         } else {
             Alone::AmongEvaluations
         };
-        let (mut result, mut entered) = self.run_alone(cfg, run, alone);
-        if alone == Alone::AmongEvaluations
-            && shared_device_fault(&result)
-            && !control.is_cancelled()
-        {
-            if ran_out_of_memory(&result) {
-                self.clearing_tasks.insert(task_sha256, profile);
-            }
-            let first = result;
-            (result, entered) = self.run_alone(cfg, run, Alone::ClearDevice);
-            note_retry(&mut result, &first);
-        }
+        let (attempts, entered) = self.run_alone_escalating(cfg, run, alone, task, control);
+        let mut result = attempts.finish();
         // A candidate the static verifier refused never took the device.
         if let Some(alone) = entered {
             result.findings.push(Finding::new(
@@ -466,6 +464,36 @@ impl Engine {
             ));
         }
         result
+    }
+
+    /// [`Engine::run_alone`]; where that was beside the pool's waiting pairs, failed as sharing
+    /// may cause, and the task is (by now) known to be large, once more with the device
+    /// cleared, and its task clears it from then on if it ran out of memory. A small task's
+    /// second failure is its result: beside no other evaluation, the pairs' contexts leave it
+    /// most of the device.
+    fn run_alone_escalating(
+        &self,
+        cfg: &EvalConfig,
+        run: &RunTaking<'_>,
+        alone: Alone,
+        task: (&str, Option<&str>),
+        control: &Control,
+    ) -> (Attempts, Option<Alone>) {
+        let (result, entered) = self.run_alone(cfg, run, alone);
+        let escalate = alone == Alone::AmongEvaluations
+            && shared_device_fault(&result)
+            && !control.is_cancelled()
+            && self.is_large(task);
+        if !escalate {
+            return (Attempts::new(result), entered);
+        }
+        if ran_out_of_memory(&result) {
+            self.clearing_tasks.insert(task.0, task.1);
+        }
+        let (cleared, entered) = self.run_alone(cfg, run, Alone::ClearDevice);
+        let mut attempts = Attempts::new(cleared);
+        attempts.notes.push((result, BESIDE_POOL));
+        (attempts, entered)
     }
 
     /// Runs an evaluation alone. It enters only once it is about to take its processes (after
@@ -632,8 +660,37 @@ fn failed_for_memory(f: &crucible_result::Failure) -> bool {
     }
 }
 
-/// Says in the retried result why it was retried and what the first attempt got.
-fn note_retry(result: &mut EvalResult, first: &EvalResult) {
+/// What a failed attempt ran beside, for its `retried-alone` finding.
+const BESIDE_EVALUATIONS: &str = "while sharing the device with other evaluations";
+const BESIDE_POOL: &str =
+    "with no other evaluation beside it but the warm pool's waiting processes";
+
+/// The last attempt's result, and each failed one before it with what it ran beside.
+struct Attempts {
+    result: EvalResult,
+    notes: Vec<(EvalResult, &'static str)>,
+}
+
+impl Attempts {
+    fn new(result: EvalResult) -> Attempts {
+        Attempts {
+            result,
+            notes: Vec::new(),
+        }
+    }
+
+    /// The result, with a `retried-alone` finding per failed attempt, first to last.
+    fn finish(self) -> EvalResult {
+        let mut result = self.result;
+        for (first, beside) in &self.notes {
+            note_retry(&mut result, first, beside);
+        }
+        result
+    }
+}
+
+/// Says in the retried result why it was retried and what the failed attempt got.
+fn note_retry(result: &mut EvalResult, first: &EvalResult, beside: &str) {
     let (stage, message) = first
         .failure
         .as_ref()
@@ -643,8 +700,8 @@ fn note_retry(result: &mut EvalResult, first: &EvalResult) {
         "retried-alone",
         Severity::Info,
         format!(
-            "{} in `{stage}` while sharing the device with other evaluations ({message}); this \
-             is the result of running it alone",
+            "{} in `{stage}` {beside} ({message}); this result comes from running it again \
+             alone",
             match first.verdict {
                 Verdict::InfraError => "the judge failed",
                 _ => "ran out of memory",

@@ -659,3 +659,52 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
     assert!(found[0].1.contains("the device to itself"), "{found:?}");
     assert_eq!(made_way(), 3);
 }
+
+/// A small task retried after failing beside others runs with no other evaluation beside it,
+/// but keeps the warm pool's waiting pairs: they were never its trouble (an 80 GiB H100: six
+/// matmuls failed beside one 23_Softmax, and clearing the pool for each of their retries left
+/// 31 of 64 evaluations starting their own processes). Its second failure is its result.
+#[test]
+fn a_small_task_retried_alone_keeps_the_pools_pairs() {
+    let Some(runtime) = runtime() else { return };
+    let (probe, events) = recorder();
+    let mut tuning = tuning(Some(probe));
+    tuning.pool_depth = Some(2);
+    if let Some(base) = tuning.base.as_mut() {
+        base.large_work_bytes = u64::MAX;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+    }
+    let options = EngineOptions {
+        concurrency: 2,
+        ..EngineOptions::default()
+    };
+    let engine = engine(&runtime, options, tuning);
+    wait_until("two pairs ready", Duration::from_secs(180), || {
+        (engine.warm() >= 2).then_some(())
+    });
+    let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 1));
+    assert_eq!(oom.verdict, Verdict::RuntimeError, "{:#?}", oom.failure);
+    let retries: Vec<&str> = oom
+        .findings
+        .iter()
+        .filter(|f| f.code.ends_with("-alone"))
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(retries.len(), 1, "{retries:?}");
+    assert!(
+        retries[0].contains("while sharing the device with other evaluations"),
+        "{retries:?}"
+    );
+    let events = events.lock().expect("events");
+    assert!(
+        !events
+            .iter()
+            .any(|event| matches!(event, EngineEvent::MadeWay { .. })),
+        "the pool made way for a small task"
+    );
+    let taken = events
+        .iter()
+        .filter(|event| matches!(event, EngineEvent::WorkersTaken { .. }))
+        .count();
+    assert_eq!(taken, 2, "a first attempt and one retry");
+}

@@ -1,4 +1,4 @@
-//! A retry alone has the device to itself, the warm pool's waiting pairs included: on a GPU
+//! A large task's retry alone has the device to itself, the warm pool's waiting pairs included: on a GPU
 //! each holds two CUDA contexts, and beside them a large task retried alone on an 80 GiB H100
 //! ran out of memory again. Real harness processes on the CPU (Triton's interpreter), counted
 //! from /proc; this binary holds one test so that no other test's pool is counted with it.
@@ -47,6 +47,10 @@ fn the_pool_kills_its_waiting_pairs_for_a_retry_alone_and_starts_none_until_it_e
     };
     let mut base = EvalConfig::new(Device::Cpu);
     base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
+    // A large task's retry clears the device (a small one's keeps the pairs: `engine.rs`); the
+    // engine sets these from the GPU's memory, and on the CPU every trial is large here.
+    base.large_work_bytes = 1;
+    base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
     let tuning = Tuning {
         base: Some(base),
         probe: Some(probe),
