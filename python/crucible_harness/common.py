@@ -211,6 +211,11 @@ def seed_all(torch, seed):
     torch.manual_seed(seed)
 
 
+def tensor_bytes(torch, values):
+    """The bytes of the tensors among `values`."""
+    return sum(x.numel() * x.element_size() for x in values if isinstance(x, torch.Tensor))
+
+
 def as_output_list(torch, out):
     if isinstance(out, (tuple, list)):
         return list(out)

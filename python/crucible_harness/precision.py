@@ -59,6 +59,14 @@ class Unmeasured(Exception):
     out_of_memory = False
 
 
+def out_of_memory(exc, errors=()):
+    """The `Unmeasured` for torch's `OutOfMemoryError` `exc`."""
+    unmeasured = Unmeasured(f"the device ran out of memory: {str(exc).splitlines()[0]}")
+    unmeasured.out_of_memory = True
+    unmeasured.errors = errors
+    return unmeasured
+
+
 def round_mantissa(torch, x, bits, mode):
     """`x` rounded to `bits` explicit mantissa bits with fp32's exponent range, as float32.
 
@@ -296,10 +304,7 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None, ah
     try:
         return measure_all(torch, model, inputs, expected, got, budget_s, sync, errors, ahead)
     except torch.OutOfMemoryError as exc:
-        unmeasured = Unmeasured(f"the device ran out of memory: {str(exc).splitlines()[0]}")
-        unmeasured.out_of_memory = True
-        unmeasured.errors = errors
-        raise unmeasured from exc
+        raise out_of_memory(exc, errors) from exc
     except Unmeasured as exc:
         exc.errors = errors
         raise

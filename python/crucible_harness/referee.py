@@ -12,6 +12,13 @@ import traceback
 from crucible_harness import common, fused_stats, precision
 from crucible_harness.common import compare
 
+# A kept trial whose pristine inputs and expected outputs hold this many bytes or more keeps
+# neither for the precision measurement: it draws them again from the trial's seed. Held from
+# the first trial to the measurement, they were a third of 23_Softmax's referee there (6 GiB
+# tensors; 48.7 GiB from the second trial on), which ran out of memory beside three other
+# evaluations on an 80 GiB H100.
+REDRAWN_BYTES = 1 << 30
+
 
 class Referee:
     def __init__(self, torch, chan):
@@ -19,7 +26,10 @@ class Referee:
         self.chan = chan
         self.trials = {}  # trial index -> (inputs, pristine inputs, expected, shared descriptors)
         self.kept = None  # the candidate's outputs of the first trial, for the repeat check
-        self.precision_trial = None  # (pristine inputs, expected, candidate outputs), for `measure_precision`
+        # (pristine inputs, expected, candidate outputs, seed), for `measure_precision`; the first
+        # two None where they are to be drawn again from the seed (`REDRAWN_BYTES`)
+        self.precision_trial = None
+        self.seeds = {}  # trial index -> its seed, where the task's own reference drew it
         self.ahead = None  # the precision measurement's float64 forwards, begun by `start_precision`
 
     def init(self, msg):
@@ -92,7 +102,7 @@ class Referee:
         pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in drawn]
         with torch.no_grad():
             expected = common.as_output_list(torch, self.model(*drawn))
-        input_bytes = sum(x.numel() * x.element_size() for x in drawn if isinstance(x, torch.Tensor))
+        input_bytes = common.tensor_bytes(torch, drawn)
         del drawn  # the forward may have changed it: the candidate gets the pristine values
         for out in expected:
             if type(out) is not torch.Tensor:
@@ -124,14 +134,14 @@ class Referee:
                 {"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": common.dtype_name(exp.dtype)}
             )
         self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
+        self.seeds[index] = msg["seed"]
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
         # What this trial holds, so the judge can keep two large trials apart on one device: the
         # drawn inputs (freed, but cached by the allocator until the check), the pristine copy,
         # the shared one over CUDA IPC, the expected outputs and the slots.
         held = [*expected, *(slot for slot, _ in slots)]
         copies = 2 if self.share_pool is None else 3
-        tensor_bytes = copies * input_bytes + sum(x.numel() * x.element_size() for x in held)
-        return {"payload": payload, "tensor_bytes": tensor_bytes}
+        return {"payload": payload, "tensor_bytes": copies * input_bytes + common.tensor_bytes(torch, held)}
 
     def _slot_value(self, slot, desc):
         if desc["kind"] == "shm":
@@ -153,6 +163,7 @@ class Referee:
         torch = self.torch
         index = msg["trial"]
         inputs, pristine, expected, shared_inputs, slots = self.trials.pop(index)
+        seed = self.seeds.pop(index, None)
         common.sync(torch, self.device)
         snapshot = [self._slot_value(slot, desc).clone() for slot, desc in slots]
         outputs, problems, repeat_problems = [], [], []
@@ -166,7 +177,10 @@ class Referee:
         if msg.get("keep"):
             self.kept = snapshot
         if msg.get("precision") and not problems:
-            self.precision_trial = (pristine, expected, snapshot)
+            if seed is not None and common.tensor_bytes(torch, [*pristine, *expected]) >= REDRAWN_BYTES:
+                self.precision_trial = (None, None, snapshot, seed)
+            else:
+                self.precision_trial = (pristine, expected, snapshot, seed)
         if self.ahead is not None and self.ahead.trial == index and (problems or not msg.get("precision")):
             self.ahead = None  # this trial will not be measured: its float64 copies go now
         if msg.get("against_kept") and self.kept is not None:
@@ -303,6 +317,7 @@ class Referee:
         finally:
             self.module, self.model = saved
             self.generalized = None
+            self.seeds.pop(msg["trial"], None)  # not this reference's: never drawn again
 
     def start_precision(self, msg):
         """Begins the float64 forwards of the precision measurement of `trial` (its pristine
@@ -337,6 +352,22 @@ class Referee:
                 self.torch.cuda.empty_cache()
         return {"precomputed": precomputed, "seconds": ahead.seconds, "error": ahead.error}
 
+    def redraw(self, seed):
+        """A trial's pristine inputs and expected outputs again, as `prepare` made them: the
+        same draw from its seed, then the reference's forward on a draw of its own (the forward
+        may change its inputs). A reference whose forward is not deterministic (atomics) gives
+        outputs as far from the first as its runs are from each other, which is what the
+        measurement's own figure for the reference describes anyway."""
+        torch = self.torch
+        try:
+            drawn = self.draw_inputs(seed)
+            with torch.no_grad():
+                expected = common.as_output_list(torch, self.model(*drawn))
+            del drawn
+            return self.draw_inputs(seed), expected
+        except torch.OutOfMemoryError as exc:
+            raise precision.out_of_memory(exc) from exc
+
     def settle(self):
         """Waits for any work begun on a thread, so that a request never overlaps it."""
         if self.ahead is not None:
@@ -369,20 +400,23 @@ class Referee:
         ahead = None if ahead is None else ahead.wait()
         if kept is None:
             return {"outputs": None, "unmeasured": "no passing trial was kept for the measurement", "errors": []}
-        inputs, expected, got = kept
+        inputs, expected, got, seed = kept
         del kept
+        redrawn = inputs is None
         cuda = self.device.startswith("cuda")
 
         def sync():
             common.sync(torch, self.device)
 
         try:
+            if redrawn:
+                inputs, expected = self.redraw(seed)
             outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync, ahead)
             return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
         except precision.Unmeasured as exc:
             if exc.out_of_memory:
                 # Kept for another attempt: beside other evaluations the memory may free up.
-                self.precision_trial = (inputs, expected, got)
+                self.precision_trial = (None, None, got, seed) if redrawn else (inputs, expected, got, seed)
             return {
                 "outputs": None,
                 "unmeasured": str(exc),

@@ -253,3 +253,79 @@ def test_the_candidate_gets_the_inputs_as_drawn_even_where_the_reference_changes
     slots[0].copy_(drawn * 2 + 1)
     checked = ref.check({"trial": "trial_0"})
     assert checked["problems"] == [] and checked["mutated_inputs"] == []
+
+
+# A reference that changes its input in place: a redraw that took the forward's inputs for the
+# pristine ones measures other numbers.
+IN_PLACE_RANDOM_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        x.mul_(2.0)
+        return x + 1.0
+
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _measured_with_redraw(tmp_path, task, redrawn, monkeypatch):
+    """Trial 0 passed with the candidate's outputs a little off, kept for the measurement (its
+    inputs drawn again or not, per `redrawn`), then measured: what was kept, and the reply."""
+    from crucible_harness import referee as referee_module
+
+    monkeypatch.setattr(referee_module, "REDRAWN_BYTES", 0 if redrawn else 1 << 62)
+    (tmp_path / str(redrawn)).mkdir()
+    ref = started_referee(torch, tmp_path / str(redrawn), task, init_seed=11)
+    _desc, _inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    pristine, expected = ref.trials["trial_0"][1], ref.trials["trial_0"][2]
+    slots[0].copy_(expected[0] * (1 + 1e-6))
+    assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"] == []
+    kept_inputs, kept_expected = ref.precision_trial[:2]
+    del pristine, expected
+    return (kept_inputs, kept_expected), ref.measure_precision({"budget_s": 60})
+
+
+def test_a_large_kept_trial_draws_its_inputs_again_for_the_precision_measurement(tmp_path, monkeypatch):
+    """Above `REDRAWN_BYTES` the kept trial holds only the candidate's outputs until the
+    measurement (23_Softmax's pristine inputs and expected outputs were 12 of the 48.7 GiB its
+    referee held through the trials), which draws both again: the same reply to the bit."""
+    task = write(tmp_path / "in_place_random.py", IN_PLACE_RANDOM_TASK)
+    (held_inputs, held_expected), kept = _measured_with_redraw(tmp_path, task, False, monkeypatch)
+    (no_inputs, no_expected), redrawn = _measured_with_redraw(tmp_path, task, True, monkeypatch)
+    assert held_inputs is not None and held_expected is not None
+    assert no_inputs is None and no_expected is None
+    assert kept["unmeasured"] is None and kept["outputs"][0]["candidate"]["rel_rms"] > 0
+    assert redrawn == kept
+
+
+def test_a_redrawn_precision_trial_kept_for_another_attempt_after_running_out_of_memory(tmp_path, monkeypatch):
+    """Out of memory while drawing again: unmeasured for memory (the judge asks again after a
+    pause), and the next attempt draws again and measures."""
+    from crucible_harness import referee as referee_module
+
+    monkeypatch.setattr(referee_module, "REDRAWN_BYTES", 0)
+    ref = started_referee(torch, tmp_path, write(tmp_path / "t.py", IN_PLACE_RANDOM_TASK), init_seed=11)
+    _desc, _inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    slots[0].copy_(ref.trials["trial_0"][2][0])
+    assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"] == []
+    draw = ref.draw_inputs
+
+    def out_of_memory(_seed):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+
+    monkeypatch.setattr(ref, "draw_inputs", out_of_memory)
+    first = ref.measure_precision({"budget_s": 60})
+    assert first["out_of_memory"] and first["unmeasured"].startswith("the device ran out of memory"), first
+    assert ref.precision_trial[0] is None and ref.precision_trial[2] is not None
+    monkeypatch.setattr(ref, "draw_inputs", draw)
+    again = ref.measure_precision({"budget_s": 60})
+    assert again["unmeasured"] is None and not again["out_of_memory"], again
