@@ -12,12 +12,13 @@ import traceback
 from crucible_harness import common, fused_stats, precision
 from crucible_harness.common import compare
 
-# A kept trial whose pristine inputs and expected outputs hold this many bytes or more keeps
-# neither for the precision measurement: it draws them again from the trial's seed. Held from
-# the first trial to the measurement, they were a third of 23_Softmax's referee there (6 GiB
-# tensors; 48.7 GiB from the second trial on), which ran out of memory beside three other
-# evaluations on an 80 GiB H100.
-REDRAWN_BYTES = 1 << 30
+# Trials this large spare memory at some cost in time. A kept trial whose pristine inputs and
+# expected outputs hold this many bytes or more keeps neither for the precision measurement: it
+# draws them again from the trial's seed (held from the first trial to the measurement, they were
+# a third of 23_Softmax's referee there, 6 GiB tensors and 48.7 GiB from the second trial on,
+# which ran out of memory beside three other evaluations on an 80 GiB H100). And a trial's drawn
+# inputs of this size go back to the driver as soon as the expected outputs are computed.
+LARGE_TRIAL_BYTES = 1 << 30
 
 
 class Referee:
@@ -27,7 +28,7 @@ class Referee:
         self.trials = {}  # trial index -> (inputs, pristine inputs, expected, shared descriptors)
         self.kept = None  # the candidate's outputs of the first trial, for the repeat check
         # (pristine inputs, expected, candidate outputs, seed), for `measure_precision`; the first
-        # two None where they are to be drawn again from the seed (`REDRAWN_BYTES`)
+        # two None where they are to be drawn again from the seed (`LARGE_TRIAL_BYTES`)
         self.precision_trial = None
         self.seeds = {}  # trial index -> its seed, where the task's own reference drew it
         self.ahead = None  # the precision measurement's float64 forwards, begun by `start_precision`
@@ -104,6 +105,11 @@ class Referee:
             expected = common.as_output_list(torch, self.model(*drawn))
         input_bytes = common.tensor_bytes(torch, drawn)
         del drawn  # the forward may have changed it: the candidate gets the pristine values
+        if self.device.startswith("cuda") and input_bytes >= LARGE_TRIAL_BYTES:
+            # Its memory goes back to the driver now, not cached here through the candidate's
+            # run (the shared copy below comes from another pool and cannot reuse it): one
+            # input's worth less beside the candidate's outputs (6 GiB for 23_Softmax).
+            torch.cuda.empty_cache()
         for out in expected:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
@@ -137,8 +143,8 @@ class Referee:
         self.seeds[index] = msg["seed"]
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
         # What this trial holds, so the judge can keep two large trials apart on one device: the
-        # drawn inputs (freed, but cached by the allocator until the check), the pristine copy,
-        # the shared one over CUDA IPC, the expected outputs and the slots.
+        # drawn inputs (freed, and cached by the allocator until the check unless large), the
+        # pristine copy, the shared one over CUDA IPC, the expected outputs and the slots.
         held = [*expected, *(slot for slot, _ in slots)]
         copies = 2 if self.share_pool is None else 3
         return {"payload": payload, "tensor_bytes": copies * input_bytes + common.tensor_bytes(torch, held)}
@@ -177,7 +183,7 @@ class Referee:
         if msg.get("keep"):
             self.kept = snapshot
         if msg.get("precision") and not problems:
-            if seed is not None and common.tensor_bytes(torch, [*pristine, *expected]) >= REDRAWN_BYTES:
+            if seed is not None and common.tensor_bytes(torch, [*pristine, *expected]) >= LARGE_TRIAL_BYTES:
                 self.precision_trial = (None, None, snapshot, seed)
             else:
                 self.precision_trial = (pristine, expected, snapshot, seed)

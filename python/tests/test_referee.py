@@ -282,7 +282,7 @@ def _measured_with_redraw(tmp_path, task, redrawn, monkeypatch):
     inputs drawn again or not, per `redrawn`), then measured: what was kept, and the reply."""
     from crucible_harness import referee as referee_module
 
-    monkeypatch.setattr(referee_module, "REDRAWN_BYTES", 0 if redrawn else 1 << 62)
+    monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0 if redrawn else 1 << 62)
     (tmp_path / str(redrawn)).mkdir()
     ref = started_referee(torch, tmp_path / str(redrawn), task, init_seed=11)
     _desc, _inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
@@ -295,7 +295,7 @@ def _measured_with_redraw(tmp_path, task, redrawn, monkeypatch):
 
 
 def test_a_large_kept_trial_draws_its_inputs_again_for_the_precision_measurement(tmp_path, monkeypatch):
-    """Above `REDRAWN_BYTES` the kept trial holds only the candidate's outputs until the
+    """Above `LARGE_TRIAL_BYTES` the kept trial holds only the candidate's outputs until the
     measurement (23_Softmax's pristine inputs and expected outputs were 12 of the 48.7 GiB its
     referee held through the trials), which draws both again: the same reply to the bit."""
     task = write(tmp_path / "in_place_random.py", IN_PLACE_RANDOM_TASK)
@@ -312,7 +312,7 @@ def test_a_redrawn_precision_trial_kept_for_another_attempt_after_running_out_of
     pause), and the next attempt draws again and measures."""
     from crucible_harness import referee as referee_module
 
-    monkeypatch.setattr(referee_module, "REDRAWN_BYTES", 0)
+    monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0)
     ref = started_referee(torch, tmp_path, write(tmp_path / "t.py", IN_PLACE_RANDOM_TASK), init_seed=11)
     _desc, _inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
     slots[0].copy_(ref.trials["trial_0"][2][0])
