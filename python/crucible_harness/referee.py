@@ -6,6 +6,9 @@ infrastructure or task fault, never the candidate's).
 """
 
 import contextlib
+import gc
+import json
+import os
 import sys
 import traceback
 
@@ -612,7 +615,58 @@ def main():
         return {}
 
     handlers["warm_up"] = warm
+    trace = os.environ.get(MEMORY_TRACE_ENV)
+    if trace:
+        handlers = {op: traced(referee, op, handler, trace) for op, handler in handlers.items()}
     common.serve(chan, handlers, failure, "referee")
+
+
+MEMORY_TRACE_ENV = "CRUCIBLE_REFEREE_MEMORY_TRACE"
+
+
+def memory_held(referee):
+    """What this referee and its device hold now, in bytes: on a GPU torch's allocated and
+    reserved memory (every pool), the reserve of the pool the candidate maps over CUDA IPC, and
+    the device's free and total memory (every process's use); on the CPU the tensors alive."""
+    torch = referee.torch
+    device = getattr(referee, "device", "cpu")
+    if not device.startswith("cuda"):
+        gc.collect()
+        storages = {}
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor):
+                storage = obj.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+        return {"live_tensor_bytes": sum(storages.values())}
+    free, total = torch.cuda.mem_get_info()
+    held = {
+        "allocated": torch.cuda.memory_allocated(),
+        "reserved": torch.cuda.memory_reserved(),
+        "device_free": free,
+        "device_total": total,
+    }
+    if referee.share_pool is not None:
+        held["share_pool_reserved"] = sum(segment["total_size"] for segment in referee.share_pool.snapshot())
+    return held
+
+
+def traced(referee, op, handler, path):
+    """`handler`, appending a line to `path` after each request: the request, and
+    `memory_held` once it was handled (whether or not it failed)."""
+
+    def handle(msg):
+        try:
+            return handler(msg)
+        finally:
+            # A diagnostic: never the request's failure.
+            try:
+                line = {"pid": os.getpid(), "op": op, "trial": msg.get("trial"), **memory_held(referee)}
+                with open(path, "a") as trace:
+                    trace.write(json.dumps(line) + "\n")
+            except Exception as exc:
+                print(f"the memory trace failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    return handle
 
 
 def settled(referee, handler):

@@ -19,7 +19,7 @@ use crate::error::InfraError;
 use crate::precision;
 use crate::process::{HarnessProcess, Spawn};
 use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
-use crate::runtime::{Runtime, harness_env, hex, triton_cache_dir};
+use crate::runtime::{Runtime, harness_env, hex, referee_env, triton_cache_dir};
 use crate::sandbox::Sandbox;
 use crate::triton_seed::{LauncherSignatures, TritonSeed};
 use crate::zygote::RefereeZygote;
@@ -750,7 +750,7 @@ impl Workers {
             .as_ref()
             .map(Sandbox::missing_features)
             .unwrap_or_default();
-        let referee_env = harness_env(runtime, cfg.device, scratch.referee.path())?;
+        let referee_env = referee_env(runtime, cfg.device, scratch.referee.path())?;
         let candidate_env = scratch.candidate_env(runtime, cfg, prestart)?;
         let spawn = |module, dir: &Path, env, sandbox: Option<Sandbox>| {
             HarnessProcess::spawn(Spawn {

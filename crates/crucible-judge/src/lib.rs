@@ -31,7 +31,7 @@ pub use judge::{
     TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile, Transport, Workers, evaluate,
     evaluate_taking, evaluate_with, file_ref, infra_error_result, large_work_bytes_for,
 };
-pub use runtime::{DeviceFacts, Runtime, device_facts};
+pub use runtime::{DeviceFacts, REFEREE_MEMORY_TRACE_ENV, Runtime, device_facts};
 pub use sandbox::Sandbox;
 pub use triton_seed::{LauncherSignatures, TritonSeed};
 pub use zygote::RefereeZygote;

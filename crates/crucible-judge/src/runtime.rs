@@ -252,6 +252,26 @@ pub(crate) fn harness_env(
     Ok(env)
 }
 
+/// Where a referee appends a line per request on the memory it and the device hold, when the
+/// judge's own environment names a file (a diagnostic: `scripts/bench-gpu-service` sets it).
+pub const REFEREE_MEMORY_TRACE_ENV: &str = "CRUCIBLE_REFEREE_MEMORY_TRACE";
+
+/// [`harness_env`] for a referee: it also gets [`REFEREE_MEMORY_TRACE_ENV`] where the judge has
+/// it (a candidate never does).
+pub(crate) fn referee_env(
+    runtime: &Runtime,
+    device: Device,
+    home: &Path,
+) -> Result<Vec<(String, String)>, DeviceError> {
+    let mut env = harness_env(runtime, device, home)?;
+    if let Ok(path) = std::env::var(REFEREE_MEMORY_TRACE_ENV)
+        && !path.is_empty()
+    {
+        env.push((REFEREE_MEMORY_TRACE_ENV.to_string(), path));
+    }
+    Ok(env)
+}
+
 /// What a long-lived caller needs to know about the device and the Python side before any
 /// evaluation: the versions a result depends on, and the GPU's identity (for a lock shared by
 /// every process that uses that GPU).
