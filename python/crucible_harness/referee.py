@@ -391,10 +391,8 @@ class Referee:
             samples = common.time_forward(
                 torch, self.model, inputs, msg["warmup"], msg["iters"], msg["flush_bytes"], self.device
             )
-        tensors = [x for x in inputs + outputs if isinstance(x, torch.Tensor)]
         # The least traffic any implementation needs: read every input and write every output once.
-        io_bytes = sum(x.numel() * x.element_size() for x in tensors)
-        return {"samples_ms": samples, "io_bytes": io_bytes}
+        return {"samples_ms": samples, "io_bytes": common.tensor_bytes(torch, inputs + outputs)}
 
     def measure_precision(self, msg):
         """The candidate's and the reference's errors against a float64 copy of the reference,

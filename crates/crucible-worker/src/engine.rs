@@ -403,21 +403,23 @@ impl Engine {
             // whose own work is large there will not fit beside others next time either, and
             // its first attempts fail the evaluations beside them too (an 80 GiB H100: with
             // each correct 23_Softmax, the three matmuls beside it ran out of memory).
-            if ran_out_of_memory(&result) && self.is_large(task) {
+            let large = self.is_large(task);
+            if large && ran_out_of_memory(&result) {
                 self.alone_tasks.insert(task.0, task.1);
             }
             // A small task failed beside a large one: the pool's pairs never were the trouble,
             // and killing them costs the next evaluations their start-up (an 80 GiB H100: six
             // matmuls retried after one 23_Softmax, and 31 of 64 evaluations then started
             // their own processes).
-            let alone = if self.is_large(task) {
+            let alone = if large {
                 Alone::ClearDevice
             } else {
                 Alone::AmongEvaluations
             };
-            let (mut retried, _) = self.run_alone_escalating(&cfg, &run, alone, task, control);
-            retried.notes.insert(0, (result, BESIDE_EVALUATIONS));
-            return retried.finish();
+            let failed = vec![(result, BESIDE_EVALUATIONS)];
+            return self
+                .run_alone_escalating(&cfg, &run, alone, task, control, failed)
+                .0;
         }
         result
     }
@@ -444,8 +446,8 @@ impl Engine {
         } else {
             Alone::AmongEvaluations
         };
-        let (attempts, entered) = self.run_alone_escalating(cfg, run, alone, task, control);
-        let mut result = attempts.finish();
+        let (mut result, entered) =
+            self.run_alone_escalating(cfg, run, alone, task, control, Vec::new());
         // A candidate the static verifier refused never took the device.
         if let Some(alone) = entered {
             result.findings.push(Finding::new(
@@ -470,7 +472,8 @@ impl Engine {
     /// may cause, and the task is (by now) known to be large, once more with the device
     /// cleared, and its task clears it from then on if it ran out of memory. A small task's
     /// second failure is its result: beside no other evaluation, the pairs' contexts leave it
-    /// most of the device.
+    /// most of the device. The result says why it was retried: `failed` holds the attempts
+    /// before this one (each with what it ran beside), first to last.
     fn run_alone_escalating(
         &self,
         cfg: &EvalConfig,
@@ -478,22 +481,25 @@ impl Engine {
         alone: Alone,
         task: (&str, Option<&str>),
         control: &Control,
-    ) -> (Attempts, Option<Alone>) {
-        let (result, entered) = self.run_alone(cfg, run, alone);
-        let escalate = alone == Alone::AmongEvaluations
+        mut failed: Vec<(EvalResult, &'static str)>,
+    ) -> (EvalResult, Option<Alone>) {
+        let (mut result, mut entered) = self.run_alone(cfg, run, alone);
+        if alone == Alone::AmongEvaluations
             && shared_device_fault(&result)
             && !control.is_cancelled()
-            && self.is_large(task);
-        if !escalate {
-            return (Attempts::new(result), entered);
+            && self.is_large(task)
+        {
+            if ran_out_of_memory(&result) {
+                self.clearing_tasks.insert(task.0, task.1);
+            }
+            let (cleared, cleared_entered) = self.run_alone(cfg, run, Alone::ClearDevice);
+            failed.push((std::mem::replace(&mut result, cleared), BESIDE_POOL));
+            entered = cleared_entered;
         }
-        if ran_out_of_memory(&result) {
-            self.clearing_tasks.insert(task.0, task.1);
+        for (attempt, beside) in &failed {
+            note_retry(&mut result, attempt, beside);
         }
-        let (cleared, entered) = self.run_alone(cfg, run, Alone::ClearDevice);
-        let mut attempts = Attempts::new(cleared);
-        attempts.notes.push((result, BESIDE_POOL));
-        (attempts, entered)
+        (result, entered)
     }
 
     /// Runs an evaluation alone. It enters only once it is about to take its processes (after
@@ -664,30 +670,6 @@ fn failed_for_memory(f: &crucible_result::Failure) -> bool {
 const BESIDE_EVALUATIONS: &str = "while sharing the device with other evaluations";
 const BESIDE_POOL: &str =
     "with no other evaluation beside it but the warm pool's waiting processes";
-
-/// The last attempt's result, and each failed one before it with what it ran beside.
-struct Attempts {
-    result: EvalResult,
-    notes: Vec<(EvalResult, &'static str)>,
-}
-
-impl Attempts {
-    fn new(result: EvalResult) -> Attempts {
-        Attempts {
-            result,
-            notes: Vec::new(),
-        }
-    }
-
-    /// The result, with a `retried-alone` finding per failed attempt, first to last.
-    fn finish(self) -> EvalResult {
-        let mut result = self.result;
-        for (first, beside) in &self.notes {
-            note_retry(&mut result, first, beside);
-        }
-        result
-    }
-}
 
 /// Says in the retried result why it was retried and what the failed attempt got.
 fn note_retry(result: &mut EvalResult, first: &EvalResult, beside: &str) {

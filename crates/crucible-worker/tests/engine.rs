@@ -567,6 +567,26 @@ fn a_large_task_that_ran_out_of_memory_beside_others_runs_alone_from_then_on() {
     }
 }
 
+/// An engine judging two at once with a warm pool of two, whose trials are large work from
+/// `large_work_bytes` on (the engine sets it from the GPU's memory), and the events it reported.
+fn two_at_once_with_a_pool(
+    runtime: &Runtime,
+    large_work_bytes: u64,
+) -> (Engine, Arc<Mutex<Vec<EngineEvent>>>) {
+    let (probe, events) = recorder();
+    let mut tuning = tuning(Some(probe));
+    tuning.pool_depth = Some(2);
+    if let Some(base) = tuning.base.as_mut() {
+        base.large_work_bytes = large_work_bytes;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+    }
+    let options = EngineOptions {
+        concurrency: 2,
+        ..EngineOptions::default()
+    };
+    (engine(runtime, options, tuning), events)
+}
+
 /// A task that runs alone keeps the warm pool's waiting pairs beside it (on an H200 killing them
 /// for each 23_Softmax cost the evaluations after it their start-up: 1505 evaluations an hour at
 /// N 8 against 3942 at N 4) until it runs out of memory beside them; from then on it clears the
@@ -574,19 +594,8 @@ fn a_large_task_that_ran_out_of_memory_beside_others_runs_alone_from_then_on() {
 #[test]
 fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside_them() {
     let Some(runtime) = runtime() else { return };
-    let (probe, events) = recorder();
-    let mut tuning = tuning(Some(probe));
-    tuning.pool_depth = Some(2);
-    if let Some(base) = tuning.base.as_mut() {
-        // The engine sets these from the GPU's memory; on the CPU every trial is large here.
-        base.large_work_bytes = 1;
-        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
-    }
-    let options = EngineOptions {
-        concurrency: 2,
-        ..EngineOptions::default()
-    };
-    let engine = engine(&runtime, options, tuning);
+    // On the CPU every trial is large here.
+    let (engine, events) = two_at_once_with_a_pool(&runtime, 1);
     let made_way = || {
         events
             .lock()
@@ -667,18 +676,7 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
 #[test]
 fn a_small_task_retried_alone_keeps_the_pools_pairs() {
     let Some(runtime) = runtime() else { return };
-    let (probe, events) = recorder();
-    let mut tuning = tuning(Some(probe));
-    tuning.pool_depth = Some(2);
-    if let Some(base) = tuning.base.as_mut() {
-        base.large_work_bytes = u64::MAX;
-        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
-    }
-    let options = EngineOptions {
-        concurrency: 2,
-        ..EngineOptions::default()
-    };
-    let engine = engine(&runtime, options, tuning);
+    let (engine, events) = two_at_once_with_a_pool(&runtime, u64::MAX);
     wait_until("two pairs ready", Duration::from_secs(180), || {
         (engine.warm() >= 2).then_some(())
     });

@@ -212,9 +212,10 @@ impl WarmPool {
         taken
     }
 
-    /// Makes way for an evaluation that must have the device to itself (a retry alone after a
-    /// failure that sharing the device may have caused, or a task known to need it): kills every waiting pair but the one
-    /// [`WarmPool::take`] gives next, and starts and warms up none until the guard is dropped.
+    /// Makes way for an evaluation that must have the device to itself (a large task's retry
+    /// alone, or a task that ran out of memory beside the pool's pairs): kills every waiting
+    /// pair but the one [`WarmPool::take`] gives next, and starts and warms up none until the
+    /// guard is dropped.
     /// Each waiting pair holds two CUDA contexts and what its referee's warm-up left cached
     /// (0.5-0.7 GiB a process on an H100, 16 processes at N 4, K 8): beside them, a correct
     /// 23_Softmax (6 GiB tensors) ran out of memory again when retried alone on an 80 GiB

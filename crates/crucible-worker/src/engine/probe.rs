@@ -28,8 +28,9 @@ pub enum EngineEvent {
     /// An evaluation's untimed GPU work (a trial, building a model...) held a share of the GPU
     /// from `entered` to `left`; it must not overlap any `TimedPhases`.
     UntimedGpuWork { entered: Instant, left: Instant },
-    /// An evaluation is about to run alone (a retry, or `ran-alone`), and the warm pool made
-    /// way for it: it killed `dropped` waiting pairs and starts none until that run ends.
+    /// An evaluation is about to run with the device cleared (a large task's retry, or its
+    /// `ran-alone` run), and the warm pool made way for it: it killed `dropped` waiting pairs
+    /// and starts none until that run ends.
     MadeWay { dropped: usize },
     /// A reference timing came from the cache (`hit`) or was measured.
     ReferenceTiming { hit: bool },
