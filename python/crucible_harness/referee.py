@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import sys
+import time
 import traceback
 
 from crucible_harness import common, fused_stats, precision
@@ -649,16 +650,25 @@ def memory_held(referee):
 
 
 def traced(referee, op, handler, path):
-    """`handler`, appending a line to `path` after each request: the request, and
-    `memory_held` once it was handled (whether or not it failed)."""
+    """`handler`, appending a line to `path` after each request: the request, the seconds it
+    took to handle (not counting the trace's own reading), and `memory_held` once it was handled
+    (whether or not it failed)."""
 
     def handle(msg):
+        began = time.perf_counter()
         try:
             return handler(msg)
         finally:
+            seconds = time.perf_counter() - began
             # A diagnostic: never the request's failure.
             try:
-                line = {"pid": os.getpid(), "op": op, "trial": msg.get("trial"), **memory_held(referee)}
+                line = {
+                    "pid": os.getpid(),
+                    "op": op,
+                    "trial": msg.get("trial"),
+                    "seconds": seconds,
+                    **memory_held(referee),
+                }
                 with open(path, "a") as trace:
                     trace.write(json.dumps(line) + "\n")
             except Exception as exc:

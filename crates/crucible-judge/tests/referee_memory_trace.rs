@@ -75,6 +75,14 @@ fn each_referee_request_appends_what_the_referee_holds() {
         .filter_map(|line| line["pid"].as_u64())
         .collect();
     assert_eq!(pids.len(), 1, "{pids:?}");
+    // Each line says how long its request took to handle, within the evaluation's own wall.
+    for line in &lines {
+        let seconds = line["seconds"].as_f64().expect("seconds");
+        assert!(
+            (0.0..result.wall_s.max(1.0)).contains(&seconds),
+            "{line}"
+        );
+    }
     // A trial's tensors are held from its prepare to its check.
     let held = |op: &str, trial: &str| {
         lines
