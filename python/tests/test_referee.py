@@ -9,6 +9,7 @@ import torch
 from conftest import started_referee, write
 
 from crucible_harness import candidate, common
+from crucible_harness.referee import memory_held
 
 
 @pytest.fixture
@@ -125,6 +126,33 @@ def test_a_write_after_the_snapshot_is_detected(ref):
         sys.setprofile(None)
     assert checked["problems"] == []  # the snapshot was right
     assert checked["changed_after_return"] == [0]
+
+
+def test_a_checked_trial_holds_no_tensor_when_its_memory_goes_back(ref, monkeypatch):
+    """On a GPU the release empties torch's cache, which can give back only what no tensor
+    holds: the trial's tensors must be gone by then, not kept alive by the comparison's locals.
+    (On the CPU the release is a no-op; what it would free is counted instead.)"""
+    ref.prepare({"trial": "trial_0", "seed": 3})  # one trial's tensors alive in the background
+    _desc, inputs, slots = shared(ref.prepare({"trial": "trial_1", "seed": 4})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    at_release = []
+    monkeypatch.setattr(ref, "release_device_memory", lambda: at_release.append(memory_held(ref)))
+    assert ref.check({"trial": "trial_1"})["problems"] == []
+    assert len(at_release) == 1
+    assert at_release[0] == memory_held(ref)  # nothing more went once the check returned
+    # and the checked trial's went: what is left is trial_0's and what the test maps
+    ref.prepare({"trial": "trial_1", "seed": 4})
+    assert memory_held(ref)["live_tensor_bytes"] > at_release[0]["live_tensor_bytes"]
+
+
+def test_the_reference_timing_holds_no_tensor_when_its_memory_goes_back(ref, monkeypatch):
+    # CUDA events time the loop on a GPU; here one forward stands for it.
+    monkeypatch.setattr(common, "time_forward", lambda _torch, fn, args, *_rest: [float(fn(*args).numel())])
+    at_release = []
+    monkeypatch.setattr(ref, "release_device_memory", lambda: at_release.append(memory_held(ref)))
+    before = memory_held(ref)
+    ref.time_reference({"seed": 5, "warmup": 0, "iters": 0, "flush_bytes": 0})
+    assert at_release == [before]
 
 
 def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):
