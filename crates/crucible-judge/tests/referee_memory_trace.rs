@@ -78,10 +78,7 @@ fn each_referee_request_appends_what_the_referee_holds() {
     // Each line says how long its request took to handle, within the evaluation's own wall.
     for line in &lines {
         let seconds = line["seconds"].as_f64().expect("seconds");
-        assert!(
-            (0.0..result.wall_s.max(1.0)).contains(&seconds),
-            "{line}"
-        );
+        assert!((0.0..result.wall_s.max(1.0)).contains(&seconds), "{line}");
     }
     // A trial's tensors are held from its prepare to its check.
     let held = |op: &str, trial: &str| {
