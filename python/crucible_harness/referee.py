@@ -170,12 +170,17 @@ class Referee:
         The judge has stopped the candidate's processes for the duration; what is compared is a
         snapshot, and the slots must still hold it afterwards (nothing may write them late).
 
-        The trial's memory goes back to the driver once the comparison returned: while it runs,
-        its locals (the expected outputs, the snapshot, the pristine inputs) are alive, and a
-        release from inside it kept them cached here (an H100's 23_Softmax referee reserved 36
-        GiB after each check with 6 allocated; other evaluations shared the device)."""
-        reply = self._check(msg)
-        self.release_device_memory()
+        A large trial's memory goes back to the driver once the comparison returned: while it
+        runs, its locals (the expected outputs, the snapshot, the pristine inputs) are alive, and
+        a release from inside it kept them cached here (an H100's 23_Softmax referee reserved 36
+        GiB after each check with 6 allocated; other evaluations shared the device). A smaller
+        one's stays cached for the next trial, whose tensors have the same sizes: emptying the
+        cache frees every block (`cudaFree`, which waits for the device) and the next trial
+        allocates them again, and beside other busy processes every such wait also waits for
+        their time slices (`scripts/probe/sync_latency.py`)."""
+        reply, trial_bytes = self._check(msg)
+        if trial_bytes >= LARGE_TRIAL_BYTES:
+            self.release_device_memory()
         return reply
 
     def release_device_memory(self):
@@ -201,8 +206,9 @@ class Referee:
                 problems.append(f"output {j}: {problem}")
         if msg.get("keep"):
             self.kept = snapshot
+        trial_bytes = common.tensor_bytes(torch, [*pristine, *expected])
         if msg.get("precision") and not problems:
-            if seed is not None and common.tensor_bytes(torch, [*pristine, *expected]) >= LARGE_TRIAL_BYTES:
+            if seed is not None and trial_bytes >= LARGE_TRIAL_BYTES:
                 self.precision_trial = (None, None, snapshot, seed)
             else:
                 self.precision_trial = (pristine, expected, snapshot, seed)
@@ -230,16 +236,16 @@ class Referee:
             torch, [(self._slot_value(slot, desc), snap) for (slot, desc), snap in zip(slots, snapshot, strict=True)]
         )
         changed = [j for j, flag in enumerate(flags) if flag]
-        # Evaluations share the GPU: memory this trial no longer needs goes back to the driver
-        # once this returns (`check`) rather than staying in this process's cache (a task with
-        # 6 GiB tensors left over 100 GiB cached here, and a referee beside it ran out of memory).
+        # Evaluations share the GPU: a large trial's memory goes back to the driver once this
+        # returns (`check`) rather than staying in this process's cache (a task with 6 GiB
+        # tensors left over 100 GiB cached here, and a referee beside it ran out of memory).
         return {
             "outputs": outputs,
             "problems": problems,
             "mutated_inputs": mutated,
             "changed_after_return": changed,
             "repeat_problems": repeat_problems,
-        }
+        }, trial_bytes
 
     # --- the generalization trial ---------------------------------------------------------
 

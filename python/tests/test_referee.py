@@ -9,6 +9,7 @@ import torch
 from conftest import started_referee, write
 
 from crucible_harness import candidate, common
+from crucible_harness import referee as referee_module
 from crucible_harness.referee import memory_held
 
 
@@ -128,10 +129,11 @@ def test_a_write_after_the_snapshot_is_detected(ref):
     assert checked["changed_after_return"] == [0]
 
 
-def test_a_checked_trial_holds_no_tensor_when_its_memory_goes_back(ref, monkeypatch):
+def test_a_large_checked_trial_holds_no_tensor_when_its_memory_goes_back(ref, monkeypatch):
     """On a GPU the release empties torch's cache, which can give back only what no tensor
     holds: the trial's tensors must be gone by then, not kept alive by the comparison's locals.
     (On the CPU the release is a no-op; what it would free is counted instead.)"""
+    monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0)
     ref.prepare({"trial": "trial_0", "seed": 3})  # one trial's tensors alive in the background
     _desc, inputs, slots = shared(ref.prepare({"trial": "trial_1", "seed": 4})["payload"])
     slots[0].copy_(torch.relu(inputs[0]))
@@ -143,6 +145,15 @@ def test_a_checked_trial_holds_no_tensor_when_its_memory_goes_back(ref, monkeypa
     # and the checked trial's went: what is left is trial_0's and what the test maps
     ref.prepare({"trial": "trial_1", "seed": 4})
     assert memory_held(ref)["live_tensor_bytes"] > at_release[0]["live_tensor_bytes"]
+
+
+def test_a_small_checked_trial_leaves_its_memory_cached_for_the_next(ref, monkeypatch):
+    released = []
+    monkeypatch.setattr(ref, "release_device_memory", lambda: released.append(True))
+    _desc, inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    assert ref.check({"trial": "trial_0"})["problems"] == []
+    assert released == []
 
 
 def test_the_reference_timing_holds_no_tensor_when_its_memory_goes_back(ref, monkeypatch):
@@ -308,8 +319,6 @@ def get_init_inputs():
 def _measured_with_redraw(tmp_path, task, redrawn, monkeypatch):
     """Trial 0 passed with the candidate's outputs a little off, kept for the measurement (its
     inputs drawn again or not, per `redrawn`), then measured: what was kept, and the reply."""
-    from crucible_harness import referee as referee_module
-
     monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0 if redrawn else 1 << 62)
     (tmp_path / str(redrawn)).mkdir()
     ref = started_referee(torch, tmp_path / str(redrawn), task, init_seed=11)
@@ -338,8 +347,6 @@ def test_a_large_kept_trial_draws_its_inputs_again_for_the_precision_measurement
 def test_a_redrawn_precision_trial_kept_for_another_attempt_after_running_out_of_memory(tmp_path, monkeypatch):
     """Out of memory while drawing again: unmeasured for memory (the judge asks again after a
     pause), and the next attempt draws again and measures."""
-    from crucible_harness import referee as referee_module
-
     monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0)
     ref = started_referee(torch, tmp_path, write(tmp_path / "t.py", IN_PLACE_RANDOM_TASK), init_seed=11)
     _desc, _inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
