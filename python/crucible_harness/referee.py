@@ -356,9 +356,8 @@ class Referee:
         self.settle()
         torch = self.torch
         _inputs, pristine, expected, _shared, _slots = self.trials[msg["trial"]]
-        elements = sum(e.numel() for e in expected if e.is_floating_point())
-        held_bytes = elements * torch.finfo(torch.float64).bits // 8 * precision.FORWARDS
-        if elements == 0 or held_bytes > msg["max_bytes"]:
+        held_bytes = float64_forwards_bytes(torch, expected)
+        if held_bytes == 0 or held_bytes > msg["max_bytes"]:
             return {"started": False, "held_bytes": held_bytes}
 
         def sync():
@@ -437,7 +436,9 @@ class Referee:
         inputs, expected, got, seed = kept
         del kept
         redrawn = inputs is None
-        cuda = self.device.startswith("cuda")
+        # Small measurements leave their blocks cached, as a small trial's check does.
+        large = redrawn or float64_forwards_bytes(torch, got) >= LARGE_TRIAL_BYTES
+        out_of_memory = False
 
         def sync():
             common.sync(torch, self.device)
@@ -448,6 +449,7 @@ class Referee:
             outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync, ahead)
             return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
         except precision.Unmeasured as exc:
+            out_of_memory = exc.out_of_memory
             if exc.out_of_memory:
                 # Kept for another attempt: beside other evaluations the memory may free up.
                 self.precision_trial = (None, None, got, seed) if redrawn else (inputs, expected, got, seed)
@@ -462,8 +464,15 @@ class Referee:
             return {"outputs": None, "unmeasured": why, "errors": [], "out_of_memory": False}
         finally:
             del inputs, expected, got, ahead
-            if cuda:
-                torch.cuda.empty_cache()
+            if large or out_of_memory:
+                self.release_device_memory()
+
+
+def float64_forwards_bytes(torch, outputs):
+    """What the precision measurement's float64 forwards hold for these outputs (their float
+    ones), in bytes."""
+    elements = sum(x.numel() for x in outputs if x.is_floating_point())
+    return elements * torch.finfo(torch.float64).bits // 8 * precision.FORWARDS
 
 
 def warm_up(torch, device):

@@ -166,6 +166,18 @@ def test_the_reference_timing_holds_no_tensor_when_its_memory_goes_back(ref, mon
     assert at_release == [before]
 
 
+@pytest.mark.parametrize("large", [False, True])
+def test_only_a_large_precision_measurement_empties_the_cache_after_it(ref, monkeypatch, large):
+    monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0 if large else 1 << 62)
+    _desc, inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"] == []
+    released = []
+    monkeypatch.setattr(ref, "release_device_memory", lambda: released.append(True))
+    assert ref.measure_precision({"budget_s": 60})["outputs"]
+    assert released == ([True] if large else [])
+
+
 def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):
     for trial, noise in ((0, 0.0), (1, 0.5)):
         _desc, inputs, slots = shared(ref.prepare({"trial": trial, "seed": 3})["payload"])
