@@ -212,7 +212,7 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
         let chosen = if on { &all } else { &sample };
         print_mode_header(&args, name, on, chosen);
         let measured = run_mode(&runtime, &args, &base, on, chosen)?;
-        measured.print();
+        measured.print(args.trials);
         if let Some(file) = json.as_mut() {
             measured.write_json(name, chosen, file)?;
         }
@@ -1227,6 +1227,31 @@ pub(crate) fn first_trial_compile(trials: &[f64]) -> f64 {
     }
 }
 
+/// What one correctness trial of each correct candidate cost, and what that figure is: under
+/// shares of the GPU, its later trials' time under them, each (trial 0 also autotunes); without
+/// (OFF, or no lock), its trials' stage less the candidate's compile, over every trial. Beside
+/// other evaluations every wait for the device also waits for their time slices, so the two
+/// differ most where the evaluations at once are many.
+fn trial_cost(rows: &[Row], trials: u32) -> (&'static str, Vec<f64>) {
+    let correct = rows.iter().filter(|r| r.verdict == Verdict::Correct);
+    if rows.iter().any(|r| r.trial_share_s > 0.0) {
+        let later = f64::from(trials.saturating_sub(1).max(1));
+        let each = correct
+            .map(|r| (r.trial_share_s - r.first_trial_share_s) / later)
+            .collect();
+        ("a later trial under its shares", each)
+    } else {
+        let all = f64::from(trials.max(1));
+        let each = correct
+            .filter_map(|r| r.stages.get("trials").map(|t| (t - r.compile_s) / all))
+            .collect();
+        (
+            "a trial (the trials' stage less the candidate's compile, over all of them)",
+            each,
+        )
+    }
+}
+
 pub(crate) fn median(values: &[f64]) -> f64 {
     Stats::from_samples(values).map_or(f64::NAN, |s| s.median_ms)
 }
@@ -1236,7 +1261,7 @@ impl Measured {
         self.rows.len() as f64 / self.batch_s * 3600.0
     }
 
-    fn print(&self) {
+    fn print(&self, trials: u32) {
         let n = self.rows.len();
         println!(
             "  engine start-up (device probe, pool filled; once per worker, not in the rate): \
@@ -1262,6 +1287,20 @@ impl Measured {
         self.print_witnesses();
         self.print_precision_ahead();
         self.print_first_trial_shares();
+        self.print_trial_cost(trials);
+    }
+
+    /// What one correctness trial of a correct candidate cost ([`trial_cost`]).
+    fn print_trial_cost(&self, trials: u32) {
+        let (what, each) = trial_cost(&self.rows, trials);
+        if let Some(least) = each.iter().copied().reduce(f64::min) {
+            let most = each.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            println!(
+                "  {what}, each, over the {} correct: {:.3} s median, {least:.3} to {most:.3} s",
+                each.len(),
+                median(&each),
+            );
+        }
     }
 
     /// Where the first trial's shares of the GPU went, over the evaluations that passed it.
@@ -1876,6 +1915,37 @@ mod tests {
             "{}",
             row.overhead_outside_trials_s
         );
+    }
+
+    /// Under shares a correct candidate's later trials are what a trial costs; without, the
+    /// trials less the compile, over all of them; only correct candidates count.
+    #[test]
+    fn a_trials_cost_is_its_later_shares_or_its_stage_less_the_compile() {
+        let result = result_with_stages(Verdict::Correct, &[("trial_0", 2.0, "ok")]);
+        let shared = Seen {
+            trial_share_s: 1.4,
+            first_trial_share_s: 0.6,
+            ..Seen::default()
+        };
+        let rows = [
+            row(&result, Kind::Correct, &shared, true),
+            row(
+                &result_with_stages(Verdict::Incorrect, &[("trial_0", 2.0, "failed")]),
+                Kind::Incorrect,
+                &shared,
+                true,
+            ),
+        ];
+        let (what, each) = trial_cost(&rows, 5);
+        assert_eq!(what, "a later trial under its shares");
+        assert_eq!(each.len(), 1);
+        assert!((each[0] - 0.2).abs() < 1e-9, "{each:?}");
+        let mut alone = row(&result, Kind::Correct, &Seen::default(), false);
+        alone.stages.insert("trials".into(), 3.0);
+        alone.compile_s = 2.0;
+        let (what, each) = trial_cost(&[alone], 5);
+        assert!(what.starts_with("a trial (the trials' stage"), "{what}");
+        assert!((each[0] - 0.2).abs() < 1e-9, "{each:?}");
     }
 
     #[test]
