@@ -109,11 +109,11 @@ class Referee:
             expected = common.as_output_list(torch, self.model(*drawn))
         input_bytes = common.tensor_bytes(torch, drawn)
         del drawn  # the forward may have changed it: the candidate gets the pristine values
-        if self.device.startswith("cuda") and input_bytes >= LARGE_TRIAL_BYTES:
+        if input_bytes >= LARGE_TRIAL_BYTES:
             # Its memory goes back to the driver now, not cached here through the candidate's
             # run (the shared copy below comes from another pool and cannot reuse it): one
             # input's worth less beside the candidate's outputs (6 GiB for 23_Softmax).
-            torch.cuda.empty_cache()
+            self.release_device_memory()
         for out in expected:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
@@ -375,8 +375,7 @@ class Referee:
         precomputed = ahead.wait() is not None
         if not precomputed:
             self.ahead = None
-            if self.device.startswith("cuda"):
-                self.torch.cuda.empty_cache()
+            self.release_device_memory()
         return {"precomputed": precomputed, "seconds": ahead.seconds, "error": ahead.error}
 
     def redraw(self, seed):

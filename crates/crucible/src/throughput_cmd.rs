@@ -1293,12 +1293,10 @@ impl Measured {
     /// What one correctness trial of a correct candidate cost ([`trial_cost`]).
     fn print_trial_cost(&self, trials: u32) {
         let (what, each) = trial_cost(&self.rows, trials);
-        if let Some(least) = each.iter().copied().reduce(f64::min) {
-            let most = each.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if let Some(s) = Stats::from_samples(&each) {
             println!(
-                "  {what}, each, over the {} correct: {:.3} s median, {least:.3} to {most:.3} s",
-                each.len(),
-                median(&each),
+                "  {what}, each, over the {} correct: {:.3} s median, {:.3} to {:.3} s",
+                s.n, s.median_ms, s.min_ms, s.max_ms
             );
         }
     }
