@@ -552,6 +552,9 @@ struct Seen {
     /// Each share the first trial held, in order: the referee's prepare, the candidate's run
     /// (one share before its first compile, one after each), the referee's check.
     first_trial_shares: Vec<f64>,
+    /// Each later trial's shares in order (`trial_1`, ...): the referee's prepare, the
+    /// candidate's run, the referee's check, where a later trial compiled nothing.
+    later_trial_shares: BTreeMap<String, Vec<f64>>,
     /// Per stage (the trials as `trials`, see [`stage_group`]): `[time under a share of
     /// the GPU, time waiting for the GPU lock]`, what a stage's time is made of beside its own
     /// CPU work and round trips.
@@ -585,7 +588,13 @@ impl Seen {
                 self.first_trial_share_s += held_s;
                 self.first_trial_shares.push(held_s);
             }
-            Some(stage) if stage.starts_with("trial_") => self.trial_share_s += held_s,
+            Some(stage) if stage.starts_with("trial_") => {
+                self.trial_share_s += held_s;
+                self.later_trial_shares
+                    .entry(stage.to_string())
+                    .or_default()
+                    .push(held_s);
+            }
             _ => {}
         }
     }
@@ -603,6 +612,9 @@ struct Row {
     first_trial_share_s: f64,
     /// Where a passed first trial held its shares: see [`FirstTrialShares`].
     first_trial_parts: Option<FirstTrialShares>,
+    /// Each later trial's three shares `[prepare, run, check]`, for the trials that held
+    /// exactly those (a run alone's trials come after its first attempt's, so none).
+    later_trial_parts: Vec<[f64; 3]>,
     trial_lock_wait_s: f64,
     overhead_s: f64,
     overhead_outside_trials_s: f64,
@@ -1141,6 +1153,11 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         first_trial_parts: (result.stages.iter().any(|s| s.name == "trial_1") && !retried_alone)
             .then(|| FirstTrialShares::split(&seen.first_trial_shares))
             .flatten(),
+        later_trial_parts: if retried_alone {
+            Vec::new()
+        } else {
+            later_trial_parts(&seen.later_trial_shares)
+        },
         trial_lock_wait_s: seen.trial_lock_wait_s.values().sum(),
         overhead_s: result.wall_s - compile_s - gpu_s - seen.lock_wait_s,
         overhead_outside_trials_s: result.wall_s - trials_s - gpu_s - outside_trials_lock_wait_s,
@@ -1202,6 +1219,15 @@ impl FirstTrialShares {
             check,
         })
     }
+}
+
+/// The later trials whose shares were exactly a prepare, a run and a check, as
+/// `[prepare, run, check]` (a trial that compiled again holds more, one that failed fewer).
+fn later_trial_parts(shares: &BTreeMap<String, Vec<f64>>) -> Vec<[f64; 3]> {
+    shares
+        .values()
+        .filter_map(|held| <[f64; 3]>::try_from(held.as_slice()).ok())
+        .collect()
 }
 
 /// The candidate's compile time. With a GPU gate, the time its trials ran without a share of
@@ -1287,6 +1313,7 @@ impl Measured {
         self.print_witnesses();
         self.print_precision_ahead();
         self.print_first_trial_shares();
+        self.print_later_trial_shares();
         self.print_trial_cost(trials);
     }
 
@@ -1323,6 +1350,28 @@ impl Measured {
             med(|p| p.run_after_compiles),
             med(|p| p.compiles as f64),
             med(|p| p.check),
+        );
+    }
+
+    /// Where a later trial's shares of the GPU went: the referee's two requests and the
+    /// candidate's run between them (its time alone is about 0.02 s in all, session 39).
+    fn print_later_trial_shares(&self) {
+        let parts: Vec<[f64; 3]> = self
+            .rows
+            .iter()
+            .flat_map(|r| r.later_trial_parts.iter().copied())
+            .collect();
+        if parts.is_empty() {
+            return;
+        }
+        let med = |i: usize| median(&parts.iter().map(|p| p[i]).collect::<Vec<_>>());
+        println!(
+            "  a later trial under its shares, median over {} trials: prepare {:.3} s, the \
+             candidate's run {:.3} s, check {:.3} s",
+            parts.len(),
+            med(0),
+            med(1),
+            med(2),
         );
     }
 
@@ -1673,6 +1722,9 @@ impl Measured {
                     "compiles": p.compiles,
                     "check_s": p.check,
                 })),
+                "later_trial_parts": row.later_trial_parts.iter().map(|[prepare, run, check]| {
+                    serde_json::json!({"prepare_s": prepare, "run_s": run, "check_s": check})
+                }).collect::<Vec<_>>(),
                 "trial_lock_wait_s": row.trial_lock_wait_s,
                 "overhead_s": row.overhead_s,
                 "overhead_outside_trials_s": row.overhead_outside_trials_s,
@@ -1825,6 +1877,31 @@ mod tests {
             (0.0, 0)
         );
         assert_eq!(FirstTrialShares::split(&[0.1, 0.2]), None);
+    }
+
+    /// A later trial's three shares are its prepare, run and check; a later trial that held
+    /// more (it compiled again) or fewer (it failed before its check) gives none.
+    #[test]
+    fn a_later_trials_shares_are_its_prepare_run_and_check() {
+        let mut seen = Seen::default();
+        for (stage, held_s) in [
+            ("trial_0", 0.9),
+            ("trial_1", 0.01),
+            ("trial_1", 0.15),
+            ("trial_1", 0.04),
+            ("trial_2", 0.02),
+            ("trial_2", 0.1),
+            ("trial_2", 0.3),
+            ("trial_2", 0.05),
+            ("trial_3", 0.02),
+            ("trial_3", 0.2),
+        ] {
+            seen.add_share(Some(stage), held_s);
+        }
+        let result = result_with_stages(Verdict::Correct, &[("trial_0", 1.5, "ok")]);
+        let row = row(&result, Kind::Correct, &seen, true);
+        assert_eq!(row.later_trial_parts, vec![[0.01, 0.15, 0.04]]);
+        assert!((row.first_trial_share_s - 0.9).abs() < 1e-9);
     }
 
     /// A result the engine ran again alone says so (its info finding), and the row counts it
