@@ -12,6 +12,7 @@ with MODE=duty a kernel then a 5 ms sleep), prints one JSON line of medians (ms)
 39 measured a later trial at 0.022 s alone and 0.18-0.23 s at 4 evaluations at once; this says
 which step takes the difference."""
 
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -37,7 +38,6 @@ def busy(stop, mode):
 
 def consumer(conn):
     import torch
-
     from crucible_harness import common
 
     common.bring_up(torch, "cuda:0")
@@ -57,12 +57,11 @@ def consumer(conn):
         t.append(time.perf_counter())
         del inputs, slot, out
         t.append(time.perf_counter())
-        conn.send([(b - a) * 1e3 for a, b in zip(t, t[1:])])
+        conn.send([(b - a) * 1e3 for a, b in itertools.pairwise(t)])
 
 
 def main():
     import torch
-
     from crucible_harness import common
 
     size = int(os.environ.get("SIZE", "4096"))
@@ -117,8 +116,23 @@ def main():
         for p in procs:
             p.join()
         medians = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
-        total = sum(v for k, v in medians.items() if k in ("prepare", "candidate_round_trip", "check"))
-        print(json.dumps({"busy": n, "mode": mode, "size": size, "trial_ms": round(total, 3), **medians}), flush=True)
+        total = sum(
+            v
+            for k, v in medians.items()
+            if k in ("prepare", "candidate_round_trip", "check")
+        )
+        print(
+            json.dumps(
+                {
+                    "busy": n,
+                    "mode": mode,
+                    "size": size,
+                    "trial_ms": round(total, 3),
+                    **medians,
+                }
+            ),
+            flush=True,
+        )
     here.send(None)
     child.join()
 
