@@ -48,6 +48,10 @@ class Referee:
         # allocator packs small tensors into shared segments: what the candidate maps must come
         # from segments that never hold the expected outputs.
         self.share_pool = torch.cuda.MemPool() if self.transport == "cuda_ipc" else None
+        # Standing shares: "in0", "out0", ... -> (the tensor shared, its descriptor), written
+        # again by each later trial whose tensor there has the same shape, dtype and device, and
+        # kept mapped by the candidate (`_share_standing`); None: every trial shares anew.
+        self.standing = {} if msg.get("standing_shares") else None
         profile = msg["profile"]
         if profile == "auto":
             # Small sizes on the CPU (the Triton interpreter is slow), the file as written on a GPU.
@@ -117,32 +121,23 @@ class Referee:
         for out in expected:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"reference returned {type(out).__name__}; only tensors are supported")
-        if self.share_pool is None:
-            inputs = pristine  # shm: `share_tensor` copies them into files of this trial's own
+        # A large trial's shared copies go back to the driver after its check, never standing;
+        # nor does a trial prepared while another is outstanding overwrite that one's.
+        standing = self.standing is not None and not self.trials
+        if standing and common.tensor_bytes(torch, [*pristine, *expected]) < LARGE_TRIAL_BYTES:
+            inputs, shared_inputs, slots = self._share_standing(index, pristine, expected)
         else:
-            with self.shared_memory():
-                inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
-        common.sync(torch, self.device)
+            inputs, shared_inputs, slots = self._share_anew(index, pristine, expected)
         # Large outputs are compared and measured by kernels that compile on a thread meanwhile.
         fused_stats.warm_in_background(torch, expected)
-        shared_inputs, input_descs = [], []
-        for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor):
-                desc = common.share_tensor(torch, x, self.transport, self.shared_dir, f"t{index}_in{i}")
-                shared_inputs.append(desc)
-                input_descs.append({"tensor": common.public_desc(desc)})
-            else:
-                shared_inputs.append(None)
-                input_descs.append({"value": x})
-        slots, slot_descs = [], []
-        for j, exp in enumerate(expected):
-            with self.shared_memory():
-                slot = torch.full_like(exp, float("nan")) if exp.is_floating_point() else torch.full_like(exp, -123457)
-            desc = common.share_tensor(torch, slot, self.transport, self.shared_dir, f"t{index}_out{j}")
-            slots.append((slot, desc))
-            slot_descs.append(
-                {"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": common.dtype_name(exp.dtype)}
-            )
+        input_descs = [
+            {"value": x} if desc is None else {"tensor": common.public_desc(desc)}
+            for x, desc in zip(inputs, shared_inputs, strict=True)
+        ]
+        slot_descs = [
+            {"desc": common.public_desc(desc), "shape": list(exp.shape), "dtype": common.dtype_name(exp.dtype)}
+            for (_slot, desc), exp in zip(slots, expected, strict=True)
+        ]
         self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
         self.seeds[index] = msg["seed"]
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
@@ -152,6 +147,95 @@ class Referee:
         held = [*expected, *(slot for slot, _ in slots)]
         copies = 2 if self.share_pool is None else 3
         return {"payload": payload, "tensor_bytes": copies * input_bytes + common.tensor_bytes(torch, held)}
+
+    def _share_anew(self, index, pristine, expected):
+        """The trial's inputs as the candidate sees them, their descriptors (None for a value
+        that is not a tensor) and its output slots `(slot, descriptor)`, all shared for this
+        trial alone: over CUDA IPC copies in the share pool, over shm files of the trial's own."""
+        torch = self.torch
+        if self.share_pool is None:
+            inputs = pristine  # shm: `share_tensor` copies them into files of this trial's own
+        else:
+            with self.shared_memory():
+                inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in pristine]
+        common.sync(torch, self.device)
+        shared_inputs = [
+            common.share_tensor(torch, x, self.transport, self.shared_dir, f"t{index}_in{i}")
+            if isinstance(x, torch.Tensor)
+            else None
+            for i, x in enumerate(inputs)
+        ]
+        slots = []
+        for j, exp in enumerate(expected):
+            with self.shared_memory():
+                slot = torch.full_like(exp, poison_for(exp))
+            slots.append((slot, common.share_tensor(torch, slot, self.transport, self.shared_dir, f"t{index}_out{j}")))
+        return inputs, shared_inputs, slots
+
+    def _share_standing(self, index, pristine, expected):
+        """`_share_anew`'s three, through standing shares: where a tensor of the same shape,
+        dtype and device was shared under the same key ("in0", "out0", ...) before, that
+        memory is written with this trial's values and its descriptor says `reuse`, so the
+        candidate's process uses its mapping of it again instead of opening one (over CUDA IPC
+        each open and close is a wait for the device, and beside other busy processes every
+        such wait also waits for their time slices, `scripts/probe/trial_parts.py`). What the
+        candidate could do with a mapping it keeps it could do before, by keeping one past its
+        trial (see `prepare`): its writes to its inputs show against the pristine copy, to its
+        slots after its run against the snapshot, and every trial poisons the slots again."""
+        torch = self.torch
+        written = []
+        inputs = [
+            self._standing_tensor(f"in{i}", x, written) if isinstance(x, torch.Tensor) else x
+            for i, x in enumerate(pristine)
+        ]
+        slot_tensors = [self._standing_tensor(f"out{j}", exp, written) for j, exp in enumerate(expected)]
+        # Written again, not shared again: no event of a share orders these writes before the
+        # candidate's reads, so they are over before the reply.
+        common.sync(torch, self.device)
+        descs = {}
+        for key, tensor, signature in written:
+            if key in self.standing:
+                desc = self.standing[key][1]
+                if desc["kind"] == "shm":
+                    desc["mapped"][: desc["numel"]].copy_(tensor.detach().reshape(-1).to("cpu"))
+                descs[key] = {**desc, "reuse": True}
+            else:
+                desc = common.share_tensor(torch, tensor, self.transport, self.shared_dir, f"t{index}_{key}")
+                desc["standing"] = key
+                # Over shm the file stands, not the tensor it was first written from.
+                self.standing[key] = (tensor if self.share_pool is not None else None, desc, signature)
+                descs[key] = desc
+        shared_inputs = [descs.get(f"in{i}") if isinstance(x, torch.Tensor) else None for i, x in enumerate(inputs)]
+        slots = [(tensor, descs[f"out{j}"]) for j, tensor in enumerate(slot_tensors)]
+        return inputs, shared_inputs, slots
+
+    def _standing_tensor(self, key, like, written):
+        """The tensor shared under `key` for this trial, with `like`'s values for an input
+        ("in0", ...) and poisoned for an output slot ("out0", ...): over CUDA IPC the standing
+        one written again where `like` fits it (same shape, dtype and device), else a new one
+        in the share pool; over shm a tensor of this trial's, which is copied into the file.
+        Appends `(key, tensor, signature)` to `written`; a standing share that no longer fits
+        stands no more."""
+        torch = self.torch
+        signature = (tuple(like.shape), like.dtype, like.device)
+        kept = self.standing.get(key)
+        if kept is not None and kept[2] != signature:
+            del self.standing[key]
+            kept = None
+        is_input = key.startswith("in")
+        if self.share_pool is None:
+            tensor = like if is_input else torch.full_like(like, poison_for(like))
+        elif kept is not None:
+            tensor = kept[0]
+            if is_input:
+                tensor.copy_(like)
+            else:
+                tensor.fill_(poison_for(like))
+        else:
+            with self.shared_memory():
+                tensor = like.clone() if is_input else torch.full_like(like, poison_for(like))
+        written.append((key, tensor, signature))
+        return tensor
 
     def _slot_value(self, slot, desc):
         if desc["kind"] == "shm":
@@ -465,6 +549,12 @@ class Referee:
             del inputs, expected, got, ahead
             if large or out_of_memory:
                 self.release_device_memory()
+
+
+def poison_for(tensor):
+    """What an output slot holds until the candidate writes it: NaN, or for integers a value no
+    honest output is likely to hold."""
+    return float("nan") if tensor.is_floating_point() else -123457
 
 
 def float64_forwards_bytes(torch, outputs):

@@ -56,7 +56,7 @@ def relu_task(tmp_path):
     return write(tmp_path / "relu_task.py", RELU_TASK)
 
 
-def started_referee(torch, tmp_path, task, init_seed):
+def started_referee(torch, tmp_path, task, init_seed, standing_shares=False):
     """A referee (in this process) that has loaded `task` on the CPU, sharing through `shm` in
     `tmp_path/scratch`; its init reply is kept as `init_reply`."""
     from crucible_harness import referee
@@ -73,6 +73,7 @@ def started_referee(torch, tmp_path, task, init_seed):
             "profile": "auto",
             "task_path": str(task),
             "init_seed": init_seed,
+            "standing_shares": standing_shares,
         }
     )
     return ref

@@ -376,3 +376,118 @@ def test_a_redrawn_precision_trial_kept_for_another_attempt_after_running_out_of
     monkeypatch.setattr(ref, "draw_inputs", draw)
     again = ref.measure_precision({"budget_s": 60})
     assert again["unmeasured"] is None and not again["out_of_memory"], again
+
+
+# --- standing shares ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def standing_ref(tmp_path, relu_task):
+    return started_referee(torch, tmp_path, relu_task, init_seed=11, standing_shares=True)
+
+
+def loaded_candidate(ref, tmp_path, body="return torch.relu(x)"):
+    path = write(
+        tmp_path / "cand.py",
+        f"""
+        import torch
+
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                {body}
+        """,
+    )
+    cand = candidate.Candidate(torch, None, candidate.LaunchRecorder(), candidate.AutotuneBudget())
+    message = {"device": "cpu", "candidate_path": str(path), "init_seed": 11, "autotune_ms": [5, 25]}
+    assert cand.load({**message, "init_inputs": ref.init_reply["init_inputs"]}) == {}
+    return cand
+
+
+def test_standing_shares_are_written_again_and_the_candidate_keeps_its_mapping(standing_ref, tmp_path):
+    cand = loaded_candidate(standing_ref, tmp_path)
+    descs = []
+    for index, seed in enumerate([3, 4, 3]):
+        trial = f"trial_{index}"
+        payload = standing_ref.prepare({"trial": trial, "seed": seed})["payload"]
+        descs.append(common.b64_unpickle(payload))
+        assert cand.run({"payload": payload, "stage": trial})["problem"] is None
+        checked = standing_ref.check({"trial": trial})
+        assert checked["problems"] == [] and checked["mutated_inputs"] == [] and checked["changed_after_return"] == []
+        torch.manual_seed(seed)
+        assert torch.equal(cand.standing["in0"][0][0], torch.randn(6, 16)), "this trial's values, in place"
+    first, later = descs[0]["inputs"][0]["tensor"], descs[1]["inputs"][0]["tensor"]
+    assert first["standing"] == "in0" and "reuse" not in first
+    assert later["reuse"] and later["path"] == first["path"]
+    assert descs[2]["outputs"][0]["desc"]["reuse"]
+    assert len(list((tmp_path / "scratch").iterdir())) == 2, "one file per standing share, not per trial"
+
+
+def test_a_standing_slot_is_poisoned_again_for_every_trial(standing_ref, tmp_path):
+    """A candidate that writes nothing after its first trial finds the slot NaN again, never
+    its earlier output."""
+    _desc, inputs, slots = shared(standing_ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    assert standing_ref.check({"trial": "trial_0"})["problems"] == []
+    standing_ref.prepare({"trial": "trial_1", "seed": 4})
+    assert slots[0].isnan().all(), "the first trial's mapping sees the poison"
+    checked = standing_ref.check({"trial": "trial_1"})
+    assert checked["problems"] == ["output 0: every element is NaN (was the output written at all?)"]
+
+
+def test_an_input_mutated_through_a_standing_mapping_is_detected(standing_ref, tmp_path):
+    _desc, inputs, slots = shared(standing_ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    assert standing_ref.check({"trial": "trial_0"})["mutated_inputs"] == []
+    standing_ref.prepare({"trial": "trial_1", "seed": 4})
+    slots[0].copy_(torch.relu(inputs[0]))  # the first trial's mapping holds the second's values
+    inputs[0].add_(1.0)
+    checked = standing_ref.check({"trial": "trial_1"})
+    assert checked["problems"] == [] and checked["mutated_inputs"] == [0]
+
+
+def test_a_late_write_through_a_standing_slot_is_detected(standing_ref):
+    _desc, inputs, slots = shared(standing_ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    slots[0].copy_(torch.relu(inputs[0]))
+    standing_ref.check({"trial": "trial_0"})
+    standing_ref.prepare({"trial": "trial_1", "seed": 4})
+    slots[0].copy_(torch.relu(inputs[0]))
+
+    def late_writer(frame, event, _arg):
+        if event == "call" and frame.f_code is common.compare.__code__:
+            slots[0].fill_(7.0)
+
+    sys.setprofile(late_writer)
+    try:
+        checked = standing_ref.check({"trial": "trial_1"})
+    finally:
+        sys.setprofile(None)
+    assert checked["problems"] == [] and checked["changed_after_return"] == [0]
+
+
+def test_a_standing_share_of_another_shape_is_shared_anew(standing_ref, tmp_path):
+    cand = loaded_candidate(standing_ref, tmp_path)
+    for index, rows in enumerate([6, 3, 3]):
+        standing_ref.module.ROWS = rows
+        trial = f"trial_{index}"
+        payload = standing_ref.prepare({"trial": trial, "seed": index})["payload"]
+        tensor_desc = common.b64_unpickle(payload)["inputs"][0]["tensor"]
+        assert bool(tensor_desc.get("reuse")) == (index == 2), tensor_desc
+        assert cand.run({"payload": payload, "stage": trial})["problem"] is None
+        assert standing_ref.check({"trial": trial})["problems"] == []
+    assert tuple(cand.standing["in0"][0][0].shape) == (3, 16)
+
+
+def test_a_trial_prepared_beside_an_outstanding_one_shares_anew(standing_ref):
+    first = common.b64_unpickle(standing_ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    second = common.b64_unpickle(standing_ref.prepare({"trial": "timing", "seed": 4})["payload"])
+    assert first["inputs"][0]["tensor"]["standing"] == "in0"
+    assert "standing" not in second["inputs"][0]["tensor"], "the first trial's values stay as shared"
+    assert "reuse" not in second["inputs"][0]["tensor"]
+
+
+def test_a_large_trial_never_stands(tmp_path, relu_task, monkeypatch):
+    monkeypatch.setattr(referee_module, "LARGE_TRIAL_BYTES", 0)
+    ref = started_referee(torch, tmp_path, relu_task, init_seed=11, standing_shares=True)
+    desc = common.b64_unpickle(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
+    assert "standing" not in desc["inputs"][0]["tensor"]
+    assert ref.standing == {}

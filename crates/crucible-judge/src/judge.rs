@@ -209,6 +209,11 @@ pub struct EvalConfig {
     /// under a share beside other evaluations' work, whose time slices every wait for a result
     /// there otherwise waits for.
     pub exclusive_checks: bool,
+    /// A small trial's shared inputs and output slots are the memory the trial before shared,
+    /// written again by the referee, and the candidate's process keeps its mapping of them
+    /// instead of opening one each trial (over CUDA IPC an open and a close, each a wait for
+    /// the device beside other evaluations' time slices).
+    pub standing_shares: bool,
 }
 
 /// The large-work size for a device with `memory_bytes`: an eighth of it (about 17 GiB on an
@@ -245,6 +250,7 @@ impl EvalConfig {
             autotune: AutotuneBudget::FAST,
             precision_ahead: true,
             exclusive_checks: false,
+            standing_shares: false,
         }
     }
 

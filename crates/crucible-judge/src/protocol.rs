@@ -77,6 +77,8 @@ pub(crate) enum RefereeRequest {
         init_seed: u64,
         inputs_on_host: bool,
         tolerance: Tolerances,
+        /// The trials share the same memory from one to the next (`EvalConfig::standing_shares`).
+        standing_shares: bool,
     },
     /// Draw seeded inputs, compute the expected outputs, share inputs and NaN-poisoned slots.
     Prepare { trial: TrialKey, seed: u64 },

@@ -473,3 +473,39 @@ fn honest_fp32_candidate_has_no_precision_finding() {
             .all(|f| f.code != "precision-downgrade")
     );
 }
+
+/// With standing shares (the trials' shared memory written again, the candidate's mappings
+/// kept), every runtime defense above still decides as it does with a share per trial.
+#[test]
+fn the_runtime_defenses_hold_with_standing_shares() {
+    let mut cfg = runtime_config();
+    cfg.standing_shares = true;
+    let judged = |candidate: &str| judge_with("task_relu.py", candidate, &cfg);
+    let honest = judged("honest_relu.py");
+    assert_eq!(honest.verdict, Verdict::Correct, "{:#?}", honest.failure);
+    assert_eq!(honest.trials.len(), 6);
+    let mutated = judged("input_mutation.py");
+    assert!(has_finding(&mutated, "input-mutated", Severity::Reject));
+    let aliased = judged("output_alias.py");
+    assert!(has_finding(
+        &aliased,
+        "output-aliases-input",
+        Severity::Reject
+    ));
+    let cached = judged("call_count_cache.py");
+    assert_failure(&cached, Verdict::Incorrect, FailureClass::Incorrect);
+    assert_eq!(cached.failure.map(|f| f.stage).as_deref(), Some("trial_1"));
+    let late = judged("late_writer.py");
+    assert!(!late.correct, "{:?}", late.verdict);
+    assert_failure(
+        &judged("stale_empty.py"),
+        Verdict::Incorrect,
+        FailureClass::Incorrect,
+    );
+    let nondeterministic = judged("nondeterministic.py");
+    assert!(has_finding(
+        &nondeterministic,
+        "nondeterministic",
+        Severity::Flag
+    ));
+}

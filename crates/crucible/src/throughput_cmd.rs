@@ -141,6 +141,10 @@ pub struct ThroughputArgs {
     /// (the timed phases' exclusive lock) instead of sharing its time slices.
     #[arg(long)]
     exclusive_checks: bool,
+    /// Both modes: a small trial's shared inputs and output slots stand from trial to trial
+    /// (written again by the referee, mapped once by the candidate's process).
+    #[arg(long)]
+    standing_shares: bool,
     /// The GPU lock on this file instead of the GPU's own; with it the lock also works on the
     /// CPU (where nothing is timed, but trials still take their shares).
     #[arg(long)]
@@ -236,6 +240,7 @@ fn base_config(args: &ThroughputArgs) -> EvalConfig {
     args.sandbox.apply(&mut base);
     base.precision_ahead = !args.precision_behind;
     base.exclusive_checks = args.exclusive_checks;
+    base.standing_shares = args.standing_shares;
     base
 }
 

@@ -437,6 +437,7 @@ impl Session {
             shared_dir: self.workers.shared_dir.clone(),
             init_seed: eval.seeds.init,
             inputs_on_host: cfg.inputs_on_host,
+            standing_shares: cfg.standing_shares,
             tolerance: cfg.tolerance.referee_tolerances(),
         };
         let referee = &mut self.workers.referee;
