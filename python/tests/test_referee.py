@@ -2,6 +2,7 @@
 slots, check compares what the candidate left there. The candidate's side is played by the real
 `Candidate` where a whole run matters, and by writing the shared slots directly otherwise."""
 
+import contextlib
 import sys
 
 import pytest
@@ -491,3 +492,55 @@ def test_a_large_trial_never_stands(tmp_path, relu_task, monkeypatch):
     desc = common.b64_unpickle(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
     assert "standing" not in desc["inputs"][0]["tensor"]
     assert ref.standing == {}
+
+
+@pytest.fixture
+def ipc_like_ref(standing_ref, monkeypatch):
+    """The standing referee with CUDA IPC's shape on the CPU: shared tensors come from the share
+    pool (here ordinary memory) and a descriptor carries the tensor itself, which the candidate
+    then maps as the same memory, as a `cudaIpcOpenMemHandle` mapping would be."""
+    shared, opened = [], []
+
+    def share_tensor(_torch, tensor, transport, _directory, _tag):
+        assert transport == "cuda_ipc"
+        shared.append(tensor)
+        return {"kind": "cuda_ipc", "args": len(shared) - 1}
+
+    def open_shared(_torch, desc):
+        opened.append(shared[desc["args"]])
+        return shared[desc["args"]], None
+
+    monkeypatch.setattr(common, "share_tensor", share_tensor)
+    monkeypatch.setattr(common, "open_shared", open_shared)
+    standing_ref.transport = "cuda_ipc"
+    standing_ref.share_pool = "the share pool"
+    standing_ref.shared_memory = contextlib.nullcontext
+    standing_ref.opened = opened
+    return standing_ref
+
+
+def test_over_cuda_ipc_standing_tensors_are_opened_once_and_written_again(ipc_like_ref, tmp_path):
+    cand = loaded_candidate(ipc_like_ref, tmp_path)
+    for index, seed in enumerate([3, 4, 5, 3]):
+        trial = f"trial_{index}"
+        payload = ipc_like_ref.prepare({"trial": trial, "seed": seed})["payload"]
+        inputs, _pristine, _expected, _descs, slots = ipc_like_ref.trials[trial]
+        assert slots[0][0].isnan().all(), "poisoned again"
+        torch.manual_seed(seed)
+        assert torch.equal(inputs[0], torch.randn(6, 16))
+        assert cand.run({"payload": payload, "stage": trial})["problem"] is None
+        checked = ipc_like_ref.check({"trial": trial})
+        assert checked["problems"] == [] and checked["mutated_inputs"] == [] and checked["changed_after_return"] == []
+    assert len(ipc_like_ref.opened) == 2, "the input and the slot, each opened once"
+    assert ipc_like_ref.opened[0] is cand.standing["in0"][0][0]
+
+
+def test_over_cuda_ipc_a_write_to_a_standing_input_is_detected(ipc_like_ref, tmp_path):
+    cand = loaded_candidate(ipc_like_ref, tmp_path, body="y = torch.relu(x.clone()); x.add_(1.0); return y")
+    payload = ipc_like_ref.prepare({"trial": "trial_0", "seed": 3})["payload"]
+    assert cand.run({"payload": payload, "stage": "trial_0"})["problem"] is None
+    assert ipc_like_ref.check({"trial": "trial_0"})["mutated_inputs"] == [0]
+    payload = ipc_like_ref.prepare({"trial": "trial_1", "seed": 4})["payload"]
+    assert common.b64_unpickle(payload)["inputs"][0]["tensor"]["reuse"]
+    assert cand.run({"payload": payload, "stage": "trial_1"})["problem"] is None
+    assert ipc_like_ref.check({"trial": "trial_1"})["mutated_inputs"] == [0]
