@@ -22,6 +22,7 @@ channel ends and so does this process; its children get `SIGKILL` (their parent-
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -154,6 +155,10 @@ def main():
         fds = requests.take_fds()
         sys.stdout.flush()
         sys.stderr.flush()
+        # The imports' objects frozen before the fork: a collection in the child then leaves
+        # their pages alone instead of writing each header (copy-on-write), as CPython's `gc`
+        # documentation advises for fork without exec; the child freezes its own at its hello.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             become_referee(zygote_pid, sock, fds, msg["cwd"], msg["env"])

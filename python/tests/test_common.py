@@ -1,5 +1,6 @@
 """Module loading, size profiles, tensor transport over `shm`, `sync` and start-up (common.py)."""
 
+import gc
 import os
 import sys
 
@@ -88,6 +89,19 @@ def test_start_says_hello_and_brings_up_the_cpu(pipe, monkeypatch):
     assert torch_module is torch
     assert device == "cpu"
     assert pipe.replies() == [{"ok": True, "ready": True}]
+
+
+def test_start_freezes_what_the_imports_made_before_the_hello(pipe, monkeypatch):
+    """A full collection in a started process must not walk torch's and triton's objects (it
+    took 0.06-0.2 s of a trial once per candidate process before they were frozen)."""
+    monkeypatch.setenv("CRUCIBLE_DEVICE", "cpu")
+    gc.unfreeze()
+    try:
+        chan, _torch, _device = common.start("a test", fd=pipe.harness_fd)
+        pipe.adopt(chan)
+        assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
 
 
 SETTLE = """
