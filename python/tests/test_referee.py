@@ -116,18 +116,24 @@ def test_a_write_after_the_snapshot_is_detected(ref):
     is made, through the candidate's mapping, when the comparison starts."""
     _desc, inputs, slots = shared(ref.prepare({"trial": "trial_0", "seed": 3})["payload"])
     slots[0].copy_(torch.relu(inputs[0]))
+    checked = checked_with_a_late_write(ref, "trial_0", slots[0])
+    assert checked["problems"] == []  # the snapshot was right
+    assert checked["changed_after_return"] == [0]
+
+
+def checked_with_a_late_write(ref, trial, slot):
+    """`ref.check(trial)`, with `slot` written (through the candidate's mapping) just as the
+    comparison starts."""
 
     def late_writer(frame, event, _arg):
         if event == "call" and frame.f_code is common.compare.__code__:
-            slots[0].fill_(7.0)
+            slot.fill_(7.0)
 
     sys.setprofile(late_writer)
     try:
-        checked = ref.check({"trial": "trial_0"})
+        return ref.check({"trial": trial})
     finally:
         sys.setprofile(None)
-    assert checked["problems"] == []  # the snapshot was right
-    assert checked["changed_after_return"] == [0]
 
 
 def test_a_large_checked_trial_holds_no_tensor_when_its_memory_goes_back(ref, monkeypatch):
@@ -452,16 +458,7 @@ def test_a_late_write_through_a_standing_slot_is_detected(standing_ref):
     standing_ref.check({"trial": "trial_0"})
     standing_ref.prepare({"trial": "trial_1", "seed": 4})
     slots[0].copy_(torch.relu(inputs[0]))
-
-    def late_writer(frame, event, _arg):
-        if event == "call" and frame.f_code is common.compare.__code__:
-            slots[0].fill_(7.0)
-
-    sys.setprofile(late_writer)
-    try:
-        checked = standing_ref.check({"trial": "trial_1"})
-    finally:
-        sys.setprofile(None)
+    checked = checked_with_a_late_write(standing_ref, "trial_1", slots[0])
     assert checked["problems"] == [] and checked["changed_after_return"] == [0]
 
 
