@@ -433,19 +433,25 @@ fn warm_up_referees(shared: &Shared, gate: &dyn TimedPhaseGate) {
         state.warming -= 1;
         // A pair that warmed up while an evaluation has the device to itself goes too (after
         // the lock is let go: dropping it kills and waits for its processes).
-        let dropped = match warmed {
+        let (mut dropped, failed) = match warmed {
             Ok(()) if !state.stopping && !state.making_way => {
                 state.ready.push_front(workers);
-                None
+                (None, None)
             }
-            Ok(()) => Some(workers),
-            Err(error) => {
-                tracing::warn!("a prestarted referee's warm-up failed; dropped: {error}");
-                Some(workers)
-            }
+            Ok(()) => (Some(workers), None),
+            Err(error) => (Some(workers), Some(error)),
         };
         shared.wake.notify_all();
         drop(state);
+        if let (Some(error), Some(workers)) = (failed, dropped.as_mut()) {
+            // What the processes printed (read outside the lock: it waits for their last
+            // bytes): two of three benchmark calls on the GPU lost one referee here, at the first
+            // run's start, with nothing but "ended with an unknown status" to go on.
+            tracing::warn!(
+                "a prestarted referee's warm-up failed; dropped: {error}; {}",
+                workers.death_note()
+            );
+        }
         drop(dropped);
     }
 }
