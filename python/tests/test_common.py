@@ -96,12 +96,9 @@ def test_start_freezes_what_the_imports_made_before_the_hello(pipe, monkeypatch)
     took 0.06-0.2 s of a trial once per candidate process before they were frozen)."""
     monkeypatch.setenv("CRUCIBLE_DEVICE", "cpu")
     gc.unfreeze()
-    try:
-        chan, _torch, _device = common.start("a test", fd=pipe.harness_fd)
-        pipe.adopt(chan)
-        assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()
-    finally:
-        gc.unfreeze()
+    chan, _torch, _device = common.start("a test", fd=pipe.harness_fd)
+    pipe.adopt(chan)
+    assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()
 
 
 SETTLE = """
