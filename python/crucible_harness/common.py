@@ -276,19 +276,22 @@ def share_tensor(torch, tensor, transport, directory, tag):
         _rebuild, args = reduce_tensor(tensor)
         return {"kind": "cuda_ipc", "args": args}
     path = os.path.join(directory, f"{tag}.bin")
-    flat = tensor.detach().contiguous().reshape(-1)
-    numel = max(flat.numel(), 1)
-    mapped = torch.from_file(path, shared=True, size=numel, dtype=flat.dtype)
-    mapped[: flat.numel()].copy_(flat.to("cpu"))
-    return {
+    desc = {
         "kind": "shm",
         "path": path,
-        "dtype": dtype_name(flat.dtype),
+        "dtype": dtype_name(tensor.dtype),
         "shape": list(tensor.shape),
-        "numel": flat.numel(),
+        "numel": tensor.numel(),
         "device": str(tensor.device),
-        "mapped": mapped,
+        "mapped": torch.from_file(path, shared=True, size=max(tensor.numel(), 1), dtype=tensor.dtype),
     }
+    write_shared(desc, tensor)
+    return desc
+
+
+def write_shared(desc, tensor):
+    """Writes `tensor`'s values into the file an shm descriptor maps (its shape and dtype)."""
+    desc["mapped"][: desc["numel"]].copy_(tensor.detach().contiguous().reshape(-1).to("cpu"))
 
 
 def open_shared(torch, desc):

@@ -197,7 +197,7 @@ class Referee:
             if key in self.standing:
                 desc = self.standing[key][1]
                 if desc["kind"] == "shm":
-                    desc["mapped"][: desc["numel"]].copy_(tensor.detach().reshape(-1).to("cpu"))
+                    common.write_shared(desc, tensor)
                 descs[key] = {**desc, "reuse": True}
             else:
                 desc = common.share_tensor(torch, tensor, self.transport, self.shared_dir, f"t{index}_{key}")
