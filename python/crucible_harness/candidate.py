@@ -456,7 +456,16 @@ class Candidate:
         try:
             with torch.set_grad_enabled(bool(msg.get("grad", False))):
                 out = self.model(*inputs)
-            common.sync(self.torch, self.device)
+            outputs = common.as_output_list(torch, out)
+            aliased = [
+                j
+                for j, value in enumerate(outputs)
+                if isinstance(value, torch.Tensor) and value.numel() > 0 and value.data_ptr() in input_ptrs
+            ]
+            # One wait for the forward and the copies together: the copies queue behind the
+            # forward's kernels, a fault of which surfaces here all the same, and beside other busy
+            # processes every wait for the device also waits for their time slices.
+            problem = self.deliver(outputs, slots)
         except BaseException as exc:
             reply = failure(exc, "run", self.path)
             if reply["class"] == "cuda_error":
@@ -465,17 +474,11 @@ class Candidate:
                 self.chan.send(reply)
                 os._exit(0)
             return reply
-        outputs = common.as_output_list(torch, out)
-        aliased = [
-            j
-            for j, value in enumerate(outputs)
-            if isinstance(value, torch.Tensor) and value.numel() > 0 and value.data_ptr() in input_ptrs
-        ]
-        problem = self.deliver(outputs, slots)
         return {"aliased_outputs": aliased, "problem": problem, "launches": self.recorder.report()}
 
     def deliver(self, outputs, slots):
-        """Copies the outputs into the referee's slots; returns what is wrong with them, if anything."""
+        """Copies the outputs into the referee's slots and waits for the device; returns what is
+        wrong with them, if anything."""
         torch = self.torch
         problem = None
         if len(outputs) != len(slots):

@@ -376,51 +376,69 @@ def compare(torch, exp, got, atol, rtol):
     other processes keep busy, each wait for a result waits for their time slices too (measured
     on an H200: 4.7 ms a wait beside two busy processes, 11.5 ms beside five, against 0.04 ms
     alone; `scripts/probe/sync_latency.py`), and a 1.6e9-element output has 48 slices."""
-    total = exp.numel()
-    stats = {
-        "shape": list(exp.shape),
-        "dtype": dtype_name(exp.dtype),
-        "numel": total,
-        "max_abs": 0.0,
-        "mean_abs": 0.0,
-        "max_rel": 0.0,
-        "mean_rel": 0.0,
-        "mismatched": 0,
-    }
-    if total == 0:
-        return stats, None
-    if total <= COMPARE_CHUNK:
-        # One block, in the output's own shape (a mismatch is located by its index there).
-        blocks = [(None, exp, got)]
-    else:
-        flat_exp, flat_got = exp.reshape(-1), got.reshape(-1)
-        blocks = [
-            (
-                (start, min(start + COMPARE_CHUNK, total)),
-                flat_exp[start : start + COMPARE_CHUNK],
-                flat_got[start : start + COMPARE_CHUNK],
-            )
-            for start in range(0, total, COMPARE_CHUNK)
-        ]
-    fetched = block_statistics_of(torch, exp, got, [(e, g) for _span, e, g in blocks], atol, rtol).tolist()
-    problem = None
-    for (span, e, g), (max_abs, mean_abs, max_rel, mean_rel, mismatched, nonfinite, all_nan) in zip(
-        blocks, fetched, strict=True
-    ):
-        weight = e.numel() / total
-        stats["max_abs"] = max(stats["max_abs"], max_abs)
-        stats["max_rel"] = max(stats["max_rel"], max_rel)
-        stats["mean_abs"] += mean_abs * weight
-        stats["mean_rel"] += mean_rel * weight
-        stats["mismatched"] += int(mismatched)
-        if problem is None and (mismatched or nonfinite):
-            problem = block_problem(torch, e, g, atol, rtol, int(mismatched), int(nonfinite), bool(all_nan), max_abs)
-            if span is not None:
-                problem = f"in flat elements [{span[0]}, {span[1]}): {problem}"
-    if len(blocks) == 1:
-        # Exactly the block's own values (a weighted sum of one term could round them).
-        stats["mean_abs"], stats["mean_rel"] = fetched[0][1], fetched[0][3]
-    return stats, problem
+    pending = Comparison(torch, exp, got, atol, rtol)
+    return pending.result(pending.statistics.tolist() if pending.statistics is not None else [])
+
+
+class Comparison:
+    """`compare` in two halves, so that a caller can fetch several comparisons' statistics (and
+    other flags) in one transfer: `statistics` (blocks x 7, float64, on the device; None for an
+    empty output) is queued at construction, `result(rows)` reads the fetched rows."""
+
+    def __init__(self, torch, exp, got, atol, rtol):
+        self.torch, self.exp, self.got, self.atol, self.rtol = torch, exp, got, atol, rtol
+        total = exp.numel()
+        if total == 0:
+            self.blocks, self.statistics = [], None
+            return
+        if total <= COMPARE_CHUNK:
+            # One block, in the output's own shape (a mismatch is located by its index there).
+            self.blocks = [(None, exp, got)]
+        else:
+            flat_exp, flat_got = exp.reshape(-1), got.reshape(-1)
+            self.blocks = [
+                (
+                    (start, min(start + COMPARE_CHUNK, total)),
+                    flat_exp[start : start + COMPARE_CHUNK],
+                    flat_got[start : start + COMPARE_CHUNK],
+                )
+                for start in range(0, total, COMPARE_CHUNK)
+            ]
+        self.statistics = block_statistics_of(torch, exp, got, [(e, g) for _span, e, g in self.blocks], atol, rtol)
+
+    def result(self, fetched):
+        """`(stats, problem)` from the fetched rows of `statistics`, one per block."""
+        exp, total = self.exp, self.exp.numel()
+        stats = {
+            "shape": list(exp.shape),
+            "dtype": dtype_name(exp.dtype),
+            "numel": total,
+            "max_abs": 0.0,
+            "mean_abs": 0.0,
+            "max_rel": 0.0,
+            "mean_rel": 0.0,
+            "mismatched": 0,
+        }
+        problem = None
+        for (span, e, g), (max_abs, mean_abs, max_rel, mean_rel, mismatched, nonfinite, all_nan) in zip(
+            self.blocks, fetched, strict=True
+        ):
+            weight = e.numel() / total
+            stats["max_abs"] = max(stats["max_abs"], max_abs)
+            stats["max_rel"] = max(stats["max_rel"], max_rel)
+            stats["mean_abs"] += mean_abs * weight
+            stats["mean_rel"] += mean_rel * weight
+            stats["mismatched"] += int(mismatched)
+            if problem is None and (mismatched or nonfinite):
+                problem = block_problem(
+                    self.torch, e, g, self.atol, self.rtol, int(mismatched), int(nonfinite), bool(all_nan), max_abs
+                )
+                if span is not None:
+                    problem = f"in flat elements [{span[0]}, {span[1]}): {problem}"
+        if len(self.blocks) == 1:
+            # Exactly the block's own values (a weighted sum of one term could round them).
+            stats["mean_abs"], stats["mean_rel"] = fetched[0][1], fetched[0][3]
+        return stats, problem
 
 
 def block_statistics_of(torch, exp, got, blocks, atol, rtol):
@@ -496,13 +514,25 @@ def same_bits(torch, a, b):
 def differ_bitwise(torch, pairs):
     """For each `(a, b)`: whether they differ in shape or in any bit (NaN-safe, -0.0 is not 0.0),
     with one transfer from the device for all of them (see `compare`)."""
+    flags = bitwise_flags(torch, pairs)
+    return bitwise_result(pairs, flags.tolist() if flags is not None else [])
+
+
+def bitwise_flags(torch, pairs):
+    """`differ_bitwise`'s first half: one flag (bool, on the device) for each pair of the same
+    shape and dtype, stacked; None where there is none."""
     flags = [
         a.contiguous().reshape(-1).view(torch.uint8).ne(b.contiguous().reshape(-1).view(torch.uint8)).any()
         for a, b in pairs
         if a.shape == b.shape and a.dtype == b.dtype
     ]
-    fetched = iter(torch.stack(flags).tolist() if flags else [])
-    return [next(fetched) if a.shape == b.shape and a.dtype == b.dtype else True for a, b in pairs]
+    return torch.stack(flags) if flags else None
+
+
+def bitwise_result(pairs, fetched):
+    """`differ_bitwise`'s second half, from the fetched flags of `bitwise_flags`."""
+    fetched = iter(fetched)
+    return [bool(next(fetched)) if a.shape == b.shape and a.dtype == b.dtype else True for a, b in pairs]
 
 
 def unravel(flat, shape):

@@ -278,12 +278,37 @@ class Referee:
         index = msg["trial"]
         inputs, pristine, expected, shared_inputs, slots = self.trials.pop(index)
         seed = self.seeds.pop(index, None)
-        common.sync(torch, self.device)
+        # No synchronize first: the candidate's process waited for its device before it replied,
+        # and this process's own work is ordered on its stream; each wait for the device beside
+        # other busy processes also waits for their time slices.
         snapshot = [self._slot_value(slot, desc).clone() for slot, desc in slots]
+        comparisons = [
+            common.Comparison(torch, exp, got, *common.tolerance_for(torch, self.tolerance, exp))
+            for exp, got in zip(expected, snapshot, strict=True)
+        ]
+        repeat = msg.get("against_kept") and self.kept is not None
+        against_kept = [
+            common.Comparison(torch, first, again, *common.tolerance_for(torch, self.tolerance, first))
+            for first, again in (zip(self.kept, snapshot, strict=True) if repeat else [])
+        ]
+        tensors = [
+            (i, self._shared_input_value(x, desc), orig)
+            for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs, strict=True))
+            if isinstance(orig, torch.Tensor)
+        ]
+        input_pairs = [(now, orig) for _i, now, orig in tensors]
+        # The comparisons' statistics and the inputs' flags in one transfer.
+        fetched = fetch_at_once(
+            torch,
+            [
+                *(c.statistics for c in comparisons),
+                *(c.statistics for c in against_kept),
+                common.bitwise_flags(torch, input_pairs),
+            ],
+        )
         outputs, problems, repeat_problems = [], [], []
-        for j, (exp, got) in enumerate(zip(expected, snapshot, strict=True)):
-            atol, rtol = common.tolerance_for(torch, self.tolerance, exp)
-            stats, problem = compare(torch, exp, got, atol, rtol)
+        for j, comparison in enumerate(comparisons):
+            stats, problem = comparison.result(fetched.pop(0))
             stats["index"] = j
             outputs.append(stats)
             if problem:
@@ -298,22 +323,16 @@ class Referee:
                 self.precision_trial = (pristine, expected, snapshot, seed)
         if self.ahead is not None and self.ahead.trial == index and (problems or not msg.get("precision")):
             self.ahead = None  # this trial will not be measured: its float64 copies go now
-        if msg.get("against_kept") and self.kept is not None:
-            for j, (first, again) in enumerate(zip(self.kept, snapshot, strict=True)):
-                atol, rtol = common.tolerance_for(torch, self.tolerance, first)
-                _stats, problem = compare(torch, first, again, atol, rtol)
-                if problem:
-                    repeat_problems.append(f"output {j}, second run vs first: {problem}")
+        for j, comparison in enumerate(against_kept):
+            _stats, problem = comparison.result(fetched.pop(0))
+            if problem:
+                repeat_problems.append(f"output {j}, second run vs first: {problem}")
+        if repeat:
             # The repeat is its only use: held through the timed phases it was one more output's
             # worth of memory there (a 6 GiB softmax output on an 80 GiB H100, where the timed
             # reference's forward then ran out of memory with the evaluation alone on the device).
             self.kept = None
-        tensors = [
-            (i, self._shared_input_value(x, desc), orig)
-            for i, (x, orig, desc) in enumerate(zip(inputs, pristine, shared_inputs, strict=True))
-            if isinstance(orig, torch.Tensor)
-        ]
-        flags = common.differ_bitwise(torch, [(now, orig) for _i, now, orig in tensors])
+        flags = common.bitwise_result(input_pairs, fetched.pop(0))
         mutated = [i for (i, _now, _orig), flag in zip(tensors, flags, strict=True) if flag]
         # Read again after that wait for the device: a write landing since the snapshot shows.
         flags = common.differ_bitwise(
@@ -549,6 +568,27 @@ class Referee:
             del inputs, expected, got, ahead
             if large or out_of_memory:
                 self.release_device_memory()
+
+
+def fetch_at_once(torch, parts):
+    """Each part's values (a list of rows for a matrix, of values for a vector; [] for None),
+    fetched from the device in one transfer: beside other busy processes each wait for the
+    device also waits for their time slices (see `common.compare`)."""
+    present = [p for p in parts if p is not None]
+    if not present:
+        return [[] for _ in parts]
+    flat = torch.cat([p.reshape(-1).to(torch.float64) for p in present]).tolist()
+    fetched, at = [], 0
+    for part in parts:
+        if part is None:
+            fetched.append([])
+            continue
+        n = part.numel()
+        values = flat[at : at + n]
+        at += n
+        width = part.shape[-1] if part.dim() == 2 else 0
+        fetched.append([values[k : k + width] for k in range(0, n, width)] if width else values)
+    return fetched
 
 
 def poison_for(tensor):

@@ -126,7 +126,7 @@ def checked_with_a_late_write(ref, trial, slot):
     comparison starts."""
 
     def late_writer(frame, event, _arg):
-        if event == "call" and frame.f_code is common.compare.__code__:
+        if event == "call" and frame.f_code is common.Comparison.__init__.__code__:
             slot.fill_(7.0)
 
     sys.setprofile(late_writer)
