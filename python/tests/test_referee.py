@@ -195,6 +195,25 @@ def test_a_second_run_that_differs_from_the_first_is_a_repeat_problem(ref):
     assert ref.kept is None  # not held through the timed phases
 
 
+def test_a_passing_check_fetches_from_the_device_twice(ref, monkeypatch):
+    """Beside other busy processes every fetch from the device waits for their time slices: a
+    check of a passing trial, the repeat's too, fetches its statistics and the inputs' flags
+    together, then the slots' flags (their second read, after that wait). Counted on the CPU as
+    the calls that would be those transfers on a GPU."""
+    fetches = []
+    for name in ("tolist", "item"):
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, _f=original, _n=name: fetches.append(_n) or _f(self))
+    monkeypatch.setattr(common, "sync", lambda *_args: fetches.append("sync"))
+    for trial in (0, 1):
+        _desc, inputs, slots = shared(ref.prepare({"trial": trial, "seed": 3})["payload"])
+        slots[0].copy_(torch.relu(inputs[0]))
+        fetches.clear()
+        checked = ref.check({"trial": trial, "keep": trial == 0, "against_kept": trial == 1})
+        assert checked["problems"] == [] and checked["repeat_problems"] == []
+        assert fetches == ["tolist", "tolist"], trial
+
+
 def test_the_first_run_is_kept_only_until_the_repeat(ref):
     for trial in (0, 1):
         _desc, inputs, slots = shared(ref.prepare({"trial": trial, "seed": 3})["payload"])
@@ -541,3 +560,16 @@ def test_over_cuda_ipc_a_write_to_a_standing_input_is_detected(ipc_like_ref, tmp
     assert common.b64_unpickle(payload)["inputs"][0]["tensor"]["reuse"]
     assert cand.run({"payload": payload, "stage": "trial_1"})["problem"] is None
     assert ipc_like_ref.check({"trial": "trial_1"})["mutated_inputs"] == [0]
+
+
+def test_a_candidates_run_waits_for_the_device_once(ref, tmp_path, monkeypatch):
+    """The forward and the copies into the slots are waited for together: beside other busy
+    processes each wait also waits for their time slices."""
+    cand = loaded_candidate(ref, tmp_path)
+    payload = ref.prepare({"trial": "trial_0", "seed": 3})["payload"]
+    waits = []
+    monkeypatch.setattr(common, "sync", lambda *_args: waits.append(True))
+    ran = cand.run({"payload": payload, "stage": "correctness_0"})
+    assert ran["problem"] is None
+    assert len(waits) == 1
+    assert ref.check({"trial": "trial_0"})["problems"] == []
