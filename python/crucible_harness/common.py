@@ -386,7 +386,7 @@ class Comparison:
     empty output) is queued at construction, `result(rows)` reads the fetched rows."""
 
     def __init__(self, torch, exp, got, atol, rtol):
-        self.torch, self.exp, self.got, self.atol, self.rtol = torch, exp, got, atol, rtol
+        self.torch, self.exp, self.atol, self.rtol = torch, exp, atol, rtol
         total = exp.numel()
         if total == 0:
             self.blocks, self.statistics = [], None

@@ -575,19 +575,15 @@ def fetch_at_once(torch, parts):
     fetched from the device in one transfer: beside other busy processes each wait for the
     device also waits for their time slices (see `common.compare`)."""
     present = [p for p in parts if p is not None]
-    if not present:
-        return [[] for _ in parts]
-    flat = torch.cat([p.reshape(-1).to(torch.float64) for p in present]).tolist()
+    flat = torch.cat([p.reshape(-1).to(torch.float64) for p in present]).tolist() if present else []
     fetched, at = [], 0
     for part in parts:
-        if part is None:
-            fetched.append([])
-            continue
-        n = part.numel()
-        values = flat[at : at + n]
-        at += n
-        width = part.shape[-1] if part.dim() == 2 else 0
-        fetched.append([values[k : k + width] for k in range(0, n, width)] if width else values)
+        n = 0 if part is None else part.numel()
+        values, at = flat[at : at + n], at + n
+        if part is not None and part.dim() == 2:
+            width = part.shape[1]
+            values = [values[k : k + width] for k in range(0, n, width)]
+        fetched.append(values)
     return fetched
 
 
