@@ -474,12 +474,13 @@ fn honest_fp32_candidate_has_no_precision_finding() {
     );
 }
 
-/// With standing shares (the trials' shared memory written again, the candidate's mappings
-/// kept), every runtime defense above still decides as it does with a share per trial.
+/// With a share per trial (`--fresh-shares`, not the default standing shares, whose
+/// written-again memory and kept mappings the tests above run with), every runtime defense
+/// above still decides the same.
 #[test]
-fn the_runtime_defenses_hold_with_standing_shares() {
+fn the_runtime_defenses_hold_with_fresh_shares() {
     let mut cfg = runtime_config();
-    cfg.standing_shares = true;
+    cfg.standing_shares = false;
     let judged = |candidate: &str| judge_with("task_relu.py", candidate, &cfg);
     let honest = judged("honest_relu.py");
     assert_eq!(honest.verdict, Verdict::Correct, "{:#?}", honest.failure);

@@ -83,10 +83,11 @@ pub struct EvalArgs {
     /// Draw inputs on the CPU and copy them to the device, as KernelBench does (to measure it).
     #[arg(long, hide = true)]
     inputs_on_host: bool,
-    /// A small trial's shared inputs and output slots stand from trial to trial (written again
-    /// by the referee, mapped once by the candidate's process); being measured, off by default.
+    /// Share every trial's inputs and output slots anew, instead of the default standing shares
+    /// (a small trial's, written again by the referee and mapped once by the candidate's
+    /// process); to compare the two.
     #[arg(long, hide = true)]
-    standing_shares: bool,
+    fresh_shares: bool,
     #[command(flatten)]
     sandbox: crate::sandbox_cmd::SandboxArgs,
     /// In batch mode, do not start the next evaluation's processes while one runs.
@@ -153,7 +154,7 @@ fn config(args: &EvalArgs) -> anyhow::Result<EvalConfig> {
     };
     args.sandbox.apply(&mut cfg);
     cfg.inputs_on_host = args.inputs_on_host;
-    cfg.standing_shares = args.standing_shares;
+    cfg.standing_shares = !args.fresh_shares;
     cfg.reference_timings = args.reference_cache.then(|| {
         Arc::new(ReferenceCache::new(ReferencePolicy::default(), None))
             as Arc<dyn crucible_judge::ReferenceTimingCache>

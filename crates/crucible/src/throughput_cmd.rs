@@ -141,10 +141,11 @@ pub struct ThroughputArgs {
     /// (the timed phases' exclusive lock) instead of sharing its time slices.
     #[arg(long)]
     exclusive_checks: bool,
-    /// Both modes: a small trial's shared inputs and output slots stand from trial to trial
-    /// (written again by the referee, mapped once by the candidate's process).
+    /// Both modes: share every trial's inputs and output slots anew, instead of the default
+    /// standing shares (a small trial's, written again by the referee and mapped once by the
+    /// candidate's process).
     #[arg(long)]
-    standing_shares: bool,
+    fresh_shares: bool,
     /// The GPU lock on this file instead of the GPU's own; with it the lock also works on the
     /// CPU (where nothing is timed, but trials still take their shares).
     #[arg(long)]
@@ -240,7 +241,7 @@ fn base_config(args: &ThroughputArgs) -> EvalConfig {
     args.sandbox.apply(&mut base);
     base.precision_ahead = !args.precision_behind;
     base.exclusive_checks = args.exclusive_checks;
-    base.standing_shares = args.standing_shares;
+    base.standing_shares = !args.fresh_shares;
     base
 }
 
