@@ -18,6 +18,13 @@ from crucible_harness import common, protocol
 
 CANDIDATE_MODULE = "crucible_candidate"
 
+# After a run, blocks the candidate's allocator keeps cached beyond this go back to the driver:
+# the referee's checks and precision measurement need the device next, and device memory held
+# outside the referee beyond the processes' contexts reads as the candidate hoarding it (the
+# judge's `HELD_ELSEWHERE_ALLOWANCE`; an honest KernelBench 23_Softmax kept 6.9 GiB cached). A
+# small task's blocks stay cached for its next trial, as the referee's do.
+RELEASE_CACHED_BYTES = 1 << 30
+
 
 class LaunchRecorder:
     """Counts Triton launches per kernel function, wrapping the launch path at class level, so a
@@ -354,6 +361,9 @@ def request_failure(exc, msg, path):
 class Candidate:
     def __init__(self, torch, chan, recorder, autotune):
         self.torch = torch
+        # Taken before candidate code runs, which could replace torch's.
+        self.empty_cache = torch.cuda.empty_cache
+        self.cached_bytes = lambda device: torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         self.autotune = autotune
         self.chan = chan
         self.recorder = recorder
@@ -466,6 +476,8 @@ class Candidate:
             # forward's kernels, a fault of which surfaces here all the same, and beside other busy
             # processes every wait for the device also waits for their time slices.
             problem = self.deliver(outputs, slots)
+            del out, outputs
+            self.release_cached_memory()
         except BaseException as exc:
             reply = failure(exc, "run", self.path)
             if reply["class"] == "cuda_error":
@@ -475,6 +487,11 @@ class Candidate:
                 os._exit(0)
             return reply
         return {"aliased_outputs": aliased, "problem": problem, "launches": self.recorder.report()}
+
+    def release_cached_memory(self):
+        """Cached blocks beyond `RELEASE_CACHED_BYTES` back to the driver (GPU only)."""
+        if self.device.startswith("cuda") and self.cached_bytes(self.device) >= RELEASE_CACHED_BYTES:
+            self.empty_cache()
 
     def deliver(self, outputs, slots):
         """Copies the outputs into the referee's slots and waits for the device; returns what is

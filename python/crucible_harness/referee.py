@@ -267,6 +267,17 @@ class Referee:
             self.release_device_memory()
         return reply
 
+    def device_memory_held_elsewhere(self):
+        """Device memory in use that this referee's allocator does not hold: its own CUDA
+        context, the candidate's process, anything else on the device (None on the CPU). Read
+        after this referee's cached blocks went back, so that only what others hold is left."""
+        if not self.device.startswith("cuda"):
+            return None
+        torch = self.torch
+        self.release_device_memory()
+        free, total = torch.cuda.mem_get_info(self.device)
+        return max(total - free - torch.cuda.memory_reserved(self.device), 0)
+
     def release_device_memory(self):
         """Memory this referee no longer holds goes back to the driver, for the other processes
         on the device; a no-op on the CPU."""
@@ -552,15 +563,17 @@ class Referee:
             return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
         except precision.Unmeasured as exc:
             out_of_memory = exc.out_of_memory
-            if exc.out_of_memory:
-                # Kept for another attempt: beside other evaluations the memory may free up.
-                self.precision_trial = (None, None, got, seed) if redrawn else (inputs, expected, got, seed)
-            return {
+            reply = {
                 "outputs": None,
                 "unmeasured": str(exc),
                 "errors": list(exc.errors),
                 "out_of_memory": exc.out_of_memory,
             }
+            if exc.out_of_memory:
+                # Kept for another attempt: beside other evaluations the memory may free up.
+                self.precision_trial = (None, None, got, seed) if redrawn else (inputs, expected, got, seed)
+                reply["held_elsewhere_bytes"] = self.device_memory_held_elsewhere()
+            return reply
         except Exception as exc:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
             return {"outputs": None, "unmeasured": why, "errors": [], "out_of_memory": False}

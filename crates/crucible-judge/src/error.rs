@@ -39,13 +39,31 @@ pub enum InfraError {
     /// A trusted harness process sent a reply that does not fit the protocol.
     #[error("the {who} broke the harness protocol: {detail}")]
     Protocol { who: &'static str, detail: String },
-    /// The referee ran out of device memory while other evaluations shared the device
-    /// (`EvalConfig::device_shared`): their allocations, not the task or the candidate, may be
-    /// why, so the measurement is retried alone rather than left undone.
+    /// The referee ran out of device memory while other processes of the caller's shared the
+    /// device (`EvalConfig::device_sharing`): their allocations, not the task or the candidate,
+    /// may be why, so the measurement is retried alone rather than left undone.
     #[error(
-        "the referee ran out of device memory in `{stage}` while other evaluations shared the device: {detail}"
+        "the referee ran out of device memory in `{stage}` while {who} shared the device: {detail}"
     )]
-    SharedDeviceOutOfMemory { stage: &'static str, detail: String },
+    SharedDeviceOutOfMemory {
+        stage: &'static str,
+        who: &'static str,
+        detail: String,
+    },
+    /// The referee ran out of device memory with nothing else of the caller's on the device,
+    /// while far more than the processes' own CUDA contexts was held outside its allocator: by
+    /// the candidate's process after its forward returned, or by a process not the judge's.
+    /// Left unmeasured, the check would let a candidate that hoards memory through it.
+    #[error(
+        "the referee ran out of device memory in `{stage}` while {held_gib:.2} GiB of the device \
+         were held outside it (by the candidate's process after its forward returned, or by a \
+         process not the judge's): {detail}"
+    )]
+    DeviceHeldElsewhere {
+        stage: &'static str,
+        held_gib: f64,
+        detail: String,
+    },
     /// The caller stopped the evaluation (its task was cancelled) and killed its processes.
     #[error("the evaluation was stopped by its caller (the task was cancelled)")]
     Aborted,

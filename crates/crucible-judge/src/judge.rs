@@ -85,6 +85,33 @@ impl ToleranceProfile {
 }
 
 /// How the referee shares tensors with the candidate process.
+/// Who else of the caller's holds memory on an evaluation's device (`EvalConfig::device_sharing`).
+/// A measurement the judge cannot make for want of memory is the task's size only when nobody
+/// does: left undone there, it would let through a candidate only it refuses (a softmax scaled
+/// by 1.5, which atol passes, was `correct` on an 80 GiB H100 with twelve waiting pairs beside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSharing {
+    /// Nothing else: a shortage is the task's.
+    #[default]
+    Nobody,
+    /// Processes whose memory stays put (a warm pool's waiting pairs, each with its CUDA
+    /// context): waiting does not help; a run with them gone does.
+    WaitingProcesses,
+    /// Other evaluations, whose memory comes and goes: a shortage may pass after a pause.
+    Evaluations,
+}
+
+impl DeviceSharing {
+    /// Who, for messages: "... while {who} shared the device".
+    pub fn who(self) -> &'static str {
+        match self {
+            DeviceSharing::Nobody => "nothing else",
+            DeviceSharing::WaitingProcesses => "the warm pool's waiting processes",
+            DeviceSharing::Evaluations => "other evaluations",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     /// CUDA IPC on a GPU, shared-memory files on the CPU.
@@ -183,10 +210,10 @@ pub struct EvalConfig {
     pub stage_observer: Option<Arc<dyn StageObserver>>,
     /// Lets the caller stop the evaluation and kill its processes; `None`: it runs to the end.
     pub abort: Option<Abort>,
-    /// Other evaluations share the device with this one (a service engine running several at
-    /// once): running out of device memory where that is not the candidate's doing is then an
-    /// `infra_error` the caller can retry alone, not a property of the task.
-    pub device_shared: bool,
+    /// What else of the caller's holds memory on the device beside this evaluation: where
+    /// anything does, the judge's running out of device memory is an `infra_error` the caller
+    /// can retry with the device cleared, not a property of the task.
+    pub device_sharing: DeviceSharing,
     /// Untimed device work estimated at this many bytes or more takes the gate's large share
     /// ([`TimedPhaseGate::share_large`]): a precision measurement, and the trials once one
     /// trial's tensors reach it (every claim, for a task in `large_tasks`). 16 GiB by default;
@@ -245,7 +272,7 @@ impl EvalConfig {
             teardown: None,
             stage_observer: None,
             abort: None,
-            device_shared: false,
+            device_sharing: DeviceSharing::Nobody,
             large_work_bytes: 16 << 30,
             large_tasks: None,
             launchers: None,

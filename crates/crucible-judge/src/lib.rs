@@ -26,10 +26,10 @@ pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
 pub use error::InfraError;
 pub use judge::{
-    Abort, EvalConfig, Generalize, LargeTasks, Prestart, ReferenceKey, ReferenceTiming,
-    ReferenceTimingCache, SourceFile, StageLimits, StageObserver, TIMED_NICE, Teardown,
-    TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile, Transport, Workers, evaluate,
-    evaluate_taking, evaluate_with, file_ref, infra_error_result, large_work_bytes_for,
+    Abort, DeviceSharing, EvalConfig, Generalize, LargeTasks, Prestart, ReferenceKey,
+    ReferenceTiming, ReferenceTimingCache, SourceFile, StageLimits, StageObserver, TIMED_NICE,
+    Teardown, TimedPhaseGate, TimedPhaseGuard, TimingConfig, ToleranceProfile, Transport, Workers,
+    evaluate, evaluate_taking, evaluate_with, file_ref, infra_error_result, large_work_bytes_for,
 };
 pub use runtime::{DeviceFacts, REFEREE_MEMORY_TRACE_ENV, Runtime, device_facts};
 pub use sandbox::Sandbox;

@@ -372,6 +372,10 @@ pub(crate) struct MeasurePrecisionReply {
     /// alone instead of leaving it unmeasured).
     #[serde(default)]
     pub out_of_memory: bool,
+    /// When it ran out of memory on a GPU: the device memory in use that the referee's own
+    /// allocator does not hold (its CUDA context, the candidate's process, anything else).
+    #[serde(default)]
+    pub held_elsewhere_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

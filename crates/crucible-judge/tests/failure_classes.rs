@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crucible_judge::{Device, EvalConfig, Runtime, StageLimits, evaluate};
+use crucible_judge::{Device, DeviceSharing, EvalConfig, Runtime, StageLimits, evaluate};
 use crucible_result::{EvalResult, FailureClass, Severity, Verdict};
 
 fn fixture(name: &str) -> PathBuf {
@@ -146,13 +146,14 @@ fn assert_refused_at_the_precision_stage(scaled: &EvalResult) {
 }
 
 /// The same scaled softmax when the float64 copy finds no device memory. Beside other
-/// evaluations (`device_shared`, seen at 8 at once on an H200) their memory may be why, so it is
-/// the judge's `infra_error`, which the engine retries alone, never a pass; alone, the shortage
-/// is the task's size and the measurement is left undone, as the result says.
+/// evaluations (seen at 8 at once on an H200) or a warm pool's waiting pairs (seen with twelve
+/// on an 80 GiB H100) their memory may be why, so it is the judge's `infra_error`, which the
+/// engine retries with the device cleared, never a pass; with nothing else on the device, the
+/// shortage is the task's size and the measurement is left undone, as the result says.
 #[test]
-fn out_of_memory_at_the_precision_stage_beside_other_evaluations_is_retried_not_passed() {
+fn out_of_memory_at_the_precision_stage_beside_other_processes_is_retried_not_passed() {
     let mut cfg = runtime_config();
-    cfg.device_shared = true;
+    cfg.device_sharing = DeviceSharing::Evaluations;
     let task = "task_wide_softmax_no_float64_room.py";
     let shared = judge_with(task, "atol_carried_softmax.py", &cfg);
     assert_failure(&shared, Verdict::InfraError, FailureClass::InfraError);
@@ -164,7 +165,20 @@ fn out_of_memory_at_the_precision_stage_beside_other_evaluations_is_retried_not_
         "{}",
         failure.message
     );
-    cfg.device_shared = false;
+    // Waiting processes keep their memory: no pause, at once the judge's fault.
+    cfg.device_sharing = DeviceSharing::WaitingProcesses;
+    let beside_pool = judge_with(task, "atol_carried_softmax.py", &cfg);
+    assert_failure(&beside_pool, Verdict::InfraError, FailureClass::InfraError);
+    let failure = beside_pool.failure.as_ref().expect("failure");
+    assert!(
+        failure
+            .message
+            .contains("while the warm pool's waiting processes shared the device")
+            && failure.message.contains("(1 attempts)"),
+        "{}",
+        failure.message
+    );
+    cfg.device_sharing = DeviceSharing::Nobody;
     let alone = judge_with(task, "atol_carried_softmax.py", &cfg);
     assert_eq!(alone.verdict, Verdict::Correct, "{:#?}", alone.failure);
     let unmeasured = alone
@@ -181,7 +195,7 @@ fn out_of_memory_at_the_precision_stage_beside_other_evaluations_is_retried_not_
 #[test]
 fn a_passing_shortage_at_the_precision_stage_is_waited_out_in_place() {
     let mut cfg = runtime_config();
-    cfg.device_shared = true;
+    cfg.device_sharing = DeviceSharing::Evaluations;
     let task = "task_wide_softmax_float64_room_later.py";
     let scaled = judge_with(task, "atol_carried_softmax.py", &cfg);
     assert_refused_at_the_precision_stage(&scaled);

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crucible_judge::{Device, DeviceFacts, EvalConfig, InfraError, Runtime, StageLimits};
+use crucible_judge::{
+    Device, DeviceFacts, DeviceSharing, EvalConfig, InfraError, Runtime, StageLimits,
+};
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 use sha2::{Digest, Sha256};
 
@@ -394,10 +396,26 @@ impl Engine {
         if shared_device && self.alone_tasks.contains(task.0, task.1) {
             return self.run_task_alone(&cfg, &run, task, control);
         }
-        cfg.device_shared = shared_device;
+        cfg.device_sharing = if shared_device {
+            DeviceSharing::Evaluations
+        } else {
+            self.waiting_pairs_sharing()
+        };
         let shared = self.alone.read();
         let result = run(&cfg, &mut || self.take_workers());
         drop(shared);
+        if !shared_device
+            && cfg.device_sharing == DeviceSharing::WaitingProcesses
+            && judge_ran_out_of_memory(&result)
+            && !control.is_cancelled()
+        {
+            // One evaluation at a time, but the pool's waiting pairs held part of the device
+            // when the judge's own measurement found no room: once more with them gone.
+            let failed = vec![(result, BESIDE_POOL)];
+            return self
+                .run_alone_escalating(&cfg, &run, Alone::ClearDevice, task, control, failed)
+                .0;
+        }
         if shared_device && shared_device_fault(&result) && !control.is_cancelled() {
             // The engine, not the candidate, put several evaluations on one device. A task
             // whose own work is large there will not fit beside others next time either, and
@@ -422,6 +440,16 @@ impl Engine {
                 .0;
         }
         result
+    }
+
+    /// What shares the device with an evaluation that no other evaluation runs beside: the
+    /// warm pool's waiting pairs, where there is a pool.
+    fn waiting_pairs_sharing(&self) -> DeviceSharing {
+        if self.pool.is_some() {
+            DeviceSharing::WaitingProcesses
+        } else {
+            DeviceSharing::Nobody
+        }
     }
 
     /// Whether the task's trials were large work for this device (`EvalConfig::large_tasks`).
@@ -487,7 +515,7 @@ impl Engine {
         if alone == Alone::AmongEvaluations
             && shared_device_fault(&result)
             && !control.is_cancelled()
-            && self.is_large(task)
+            && (self.is_large(task) || judge_ran_out_of_memory(&result))
         {
             if ran_out_of_memory(&result) {
                 self.clearing_tasks.insert(task.0, task.1);
@@ -513,7 +541,10 @@ impl Engine {
         alone: Alone,
     ) -> (EvalResult, Option<Alone>) {
         let mut cfg = cfg.clone();
-        cfg.device_shared = false;
+        cfg.device_sharing = match alone {
+            Alone::AmongEvaluations => self.waiting_pairs_sharing(),
+            Alone::ClearDevice => DeviceSharing::Nobody,
+        };
         let mut held = None;
         let result = run(&cfg, &mut || {
             held = Some(self.enter_alone(alone));
@@ -653,6 +684,15 @@ fn shared_device_fault(result: &EvalResult) -> bool {
 /// (an `infra_error` saying so: torch's `OutOfMemoryError`, cuBLAS failing to allocate).
 fn ran_out_of_memory(result: &EvalResult) -> bool {
     result.failure.as_ref().is_some_and(failed_for_memory)
+}
+
+/// Whether the judge's own side ran out of device memory (an `infra_error` saying so), which
+/// is never the candidate's doing.
+fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
+    result
+        .failure
+        .as_ref()
+        .is_some_and(|f| f.class == FailureClass::InfraError && failed_for_memory(f))
 }
 
 fn failed_for_memory(f: &crucible_result::Failure) -> bool {

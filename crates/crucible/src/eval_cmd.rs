@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::{
-    Device, EvalConfig, Generalize, Prestart, RefereeZygote, Runtime, StageLimits, TimingConfig,
-    ToleranceProfile, Transport, Workers,
+    Device, DeviceSharing, EvalConfig, Generalize, Prestart, RefereeZygote, Runtime, StageLimits,
+    TimingConfig, ToleranceProfile, Transport, Workers,
 };
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 use crucible_worker::engine::{ReferenceCache, ReferencePolicy};
@@ -312,11 +312,6 @@ fn run_batch(
     let batch = Batch {
         runtime,
         cfg,
-        // The first attempt knows that others share the device; the retry alone does not.
-        shared_cfg: EvalConfig {
-            device_shared: concurrent,
-            ..cfg.clone()
-        },
         prestart: Prestart {
             warm_profiler: cfg.times(),
             referees: zygote.as_ref(),
@@ -353,8 +348,6 @@ fn run_batch(
 struct Batch<'a> {
     runtime: &'a Runtime,
     cfg: &'a EvalConfig,
-    /// `cfg` for a first attempt beside other evaluations.
-    shared_cfg: EvalConfig,
     prestart: Prestart<'a>,
     pairs: &'a [(PathBuf, PathBuf)],
     sources: &'a [(Vec<u8>, Vec<u8>)],
@@ -383,7 +376,7 @@ impl Batch<'_> {
                     .inspect_err(|e| tracing::warn!("cannot prestart workers: {e}"))
                     .ok();
             }
-            let result = self.evaluate(index, current);
+            let result = self.evaluate(index, current, &mut warm);
             self.report(index, result);
         }
     }
@@ -397,8 +390,14 @@ impl Batch<'_> {
     }
 
     /// Judges pair `index`, again alone when sharing the device may have been the cause of a
-    /// failure.
-    fn evaluate(&self, index: usize, prestarted: Option<Workers>) -> EvalResult {
+    /// failure: with other evaluations, or (one at a time) with this thread's next pair, which
+    /// `waiting` holds and the retry lets go.
+    fn evaluate(
+        &self,
+        index: usize,
+        prestarted: Option<Workers>,
+        waiting: &mut Option<Workers>,
+    ) -> EvalResult {
         let (task, candidate) = &self.pairs[index];
         let (task_src, candidate_src) = &self.sources[index];
         let evaluate = |cfg, prestarted| {
@@ -412,17 +411,45 @@ impl Batch<'_> {
                 prestarted,
             )
         };
+        let sharing = if self.concurrent {
+            DeviceSharing::Evaluations
+        } else if waiting.is_some() {
+            DeviceSharing::WaitingProcesses
+        } else {
+            DeviceSharing::Nobody
+        };
         let shared = self.device_share.read();
-        let first = evaluate(&self.shared_cfg, prestarted);
+        let first_cfg = self.with_sharing(sharing);
+        let first = evaluate(&first_cfg, prestarted);
         drop(shared);
-        if !(self.concurrent && oversubscribed(&first)) {
+        let retry = match sharing {
+            DeviceSharing::Evaluations => oversubscribed(&first),
+            DeviceSharing::WaitingProcesses => judge_ran_out_of_memory(&first),
+            DeviceSharing::Nobody => false,
+        };
+        if !retry {
             return first;
         }
+        *waiting = None;
+        // The other threads' next pairs still wait on the device.
+        let beside = if self.prewarm && self.jobs > 1 {
+            DeviceSharing::WaitingProcesses
+        } else {
+            DeviceSharing::Nobody
+        };
+        let alone_cfg = self.with_sharing(beside);
         let alone = self.device_share.write();
-        let mut result = evaluate(self.cfg, None);
+        let mut result = evaluate(&alone_cfg, None);
         drop(alone);
-        note_retry(&mut result, &first, self.jobs);
+        note_retry(&mut result, &first, sharing);
         result
+    }
+
+    fn with_sharing(&self, device_sharing: DeviceSharing) -> EvalConfig {
+        EvalConfig {
+            device_sharing,
+            ..self.cfg.clone()
+        }
     }
 
     /// The progress bar, `--json`'s line, the results file, and the batch's slot.
@@ -454,8 +481,16 @@ fn oversubscribed(result: &EvalResult) -> bool {
             .is_some_and(|f| f.class == FailureClass::OutOfMemory)
 }
 
+/// Whether the judge's own side ran out of device memory (an `infra_error` saying so).
+fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
+    result.failure.as_ref().is_some_and(|f| {
+        f.class == FailureClass::InfraError
+            && f.message.to_ascii_lowercase().contains("out of memory")
+    })
+}
+
 /// Says in the retried result why it was retried and what the first attempt got.
-fn note_retry(result: &mut EvalResult, first: &EvalResult, jobs: u32) {
+fn note_retry(result: &mut EvalResult, first: &EvalResult, sharing: DeviceSharing) {
     let (class, stage) = first
         .failure
         .as_ref()
@@ -465,10 +500,10 @@ fn note_retry(result: &mut EvalResult, first: &EvalResult, jobs: u32) {
         "retried-alone",
         Severity::Info,
         format!(
-            "the first attempt ran beside up to {} other evaluations on this device and ended \
-             with {class} in stage `{stage}` (seed {}); this verdict comes from a run alone, so \
-             memory the judge gave to other evaluations is never charged to the candidate",
-            jobs - 1,
+            "the first attempt ran beside {} on this device and ended with {class} in stage \
+             `{stage}` (seed {}); this verdict comes from a run alone, so memory the judge gave \
+             to other processes is never charged to the candidate",
+            sharing.who(),
             first.seeds.base
         ),
     ));

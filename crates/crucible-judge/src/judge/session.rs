@@ -15,8 +15,8 @@ use crucible_result::{
 use super::calls::{candidate_call, candidate_call_noting, referee_call};
 use super::record::{build_profile, merge_launches, own_launches, record_trial};
 use super::{
-    Evaluation, LOW_COVERAGE, ReferenceKey, ReferenceTiming, ReferenceTimingCache, Stop,
-    TimingConfig, Workers, fresh_seed, generalize,
+    DeviceSharing, Evaluation, LOW_COVERAGE, ReferenceKey, ReferenceTiming, ReferenceTimingCache,
+    Stop, TimingConfig, Workers, fresh_seed, generalize,
 };
 use crate::error::InfraError;
 use crate::precision;
@@ -93,13 +93,21 @@ struct Session {
 }
 
 /// The pauses before the precision measurement is asked for again after running out of device
-/// memory beside other evaluations (`EvalConfig::device_shared`); after the last, the evaluation
+/// memory beside other evaluations (`DeviceSharing::Evaluations`); after the last, the evaluation
 /// ends `infra_error` and the engine retries it alone.
 const SHARED_OOM_PAUSES: [Duration; 3] = [
     Duration::from_millis(500),
     Duration::from_secs(1),
     Duration::from_secs(2),
 ];
+
+/// Device memory outside the referee's allocator that still lets a precision measurement that
+/// ran out of memory count as the task's size: the referee's own CUDA context and the
+/// candidate's (624 to 712 MiB each on an H100) and what an honest candidate's allocator keeps
+/// cached, with room to spare. Beyond it, something else held the memory the measurement needed
+/// (a candidate can allocate the device full after its last trial, so that a scaled output, which
+/// only this measurement refuses, would pass unmeasured).
+const HELD_ELSEWHERE_ALLOWANCE: u64 = 4 << 30;
 
 /// A shared claim on the device for untimed work (see [`super::TimedPhaseGate::share`]), when
 /// the evaluation has a gate; the large share once a trial showed the evaluation's work large.
@@ -711,7 +719,7 @@ impl Session {
                 match pauses.next() {
                     Some(pause)
                         if measured.out_of_memory
-                            && eval.cfg.device_shared
+                            && eval.cfg.device_sharing == DeviceSharing::Evaluations
                             && !eval.holds_device =>
                     {
                         std::thread::sleep(*pause);
@@ -738,16 +746,28 @@ impl Session {
                 message,
             }));
         }
-        if measured.out_of_memory && eval.cfg.device_shared {
+        if measured.out_of_memory && eval.cfg.device_sharing != DeviceSharing::Nobody {
             // Left unmeasured, a candidate that only atol lets through would pass because
             // other evaluations held the memory (seen at 8 at once on an H200: both scaled
-            // 23_Softmax candidates `correct`). Alone, the same shortage is the task's size.
+            // 23_Softmax candidates `correct`), or the warm pool's waiting pairs did (an 80 GiB
+            // H100 with twelve of them). With nothing else there, the shortage is the task's size.
             return Err(Stop::Infra(InfraError::SharedDeviceOutOfMemory {
                 stage: "precision",
+                who: eval.cfg.device_sharing.who(),
                 detail: format!(
                     "{} ({attempts} attempts)",
                     measured.unmeasured.unwrap_or_default()
                 ),
+            }));
+        }
+        if let Some(held) = measured
+            .held_elsewhere_bytes
+            .filter(|&held| measured.out_of_memory && held > HELD_ELSEWHERE_ALLOWANCE)
+        {
+            return Err(Stop::Infra(InfraError::DeviceHeldElsewhere {
+                stage: "precision",
+                held_gib: held as f64 / f64::from(1u32 << 30),
+                detail: measured.unmeasured.unwrap_or_default(),
             }));
         }
         let mut measured = precision::from_reply(measured, 0);

@@ -1,0 +1,125 @@
+//! One evaluation at a time, but the warm pool's waiting pairs on the device: where the judge's
+//! own precision measurement finds no room beside them, the engine runs the evaluation again
+//! with them gone, never leaving the measurement undone. Undone, a softmax scaled by 1.5, which
+//! only that measurement refuses, was `correct` on an 80 GiB H100 with twelve pairs waiting.
+//! Real harness processes on the CPU (Triton's interpreter); this binary holds one test so that
+//! no other test's pool is counted with it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crucible_judge::{Device, EvalConfig, StageLimits};
+use crucible_result::{FailureClass, Verdict};
+use crucible_worker::engine::{EngineEvent, Probe};
+use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
+
+mod common;
+
+use common::{fixture, runtime, wait_until};
+
+/// `task_wide_softmax.py` whose float64 forwards run out of device memory in the first referee
+/// process that runs one (as beside the pool's pairs), and run in any later one (the device
+/// cleared): the first such process writes its pid to `marker`.
+fn task_with_room_after_the_first_referee(marker: &std::path::Path) -> String {
+    format!(
+        r#"import os
+import torch
+import torch.nn as nn
+
+MARKER = {marker:?}
+
+
+def _first_referee():
+    try:
+        with open(MARKER, "x") as f:
+            f.write(str(os.getpid()))
+    except FileExistsError:
+        pass
+    with open(MARKER) as f:
+        return f.read() == str(os.getpid())
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if x.dtype == torch.float64 and _first_referee():
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB (stands in for the real one)")
+        return torch.softmax(x, dim=-1)
+
+
+batch_size = 4
+dim = 8192
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"#,
+        marker = marker.display().to_string()
+    )
+}
+
+#[test]
+fn a_precision_measurement_without_room_beside_the_pool_is_made_with_the_device_cleared() {
+    let Some(runtime) = runtime() else { return };
+    let dropped = Arc::new(Mutex::new(Vec::new()));
+    let probe: Probe = {
+        let dropped = Arc::clone(&dropped);
+        Arc::new(move |event| {
+            if let EngineEvent::MadeWay { dropped: n } = event {
+                dropped.lock().expect("dropped").push(n);
+            }
+        })
+    };
+    let mut base = EvalConfig::new(Device::Cpu);
+    base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
+    let tuning = Tuning {
+        base: Some(base),
+        probe: Some(probe),
+        pool_depth: Some(2),
+        ..Tuning::default()
+    };
+    // One at a time: only the pool's pairs share the device.
+    let options = EngineOptions {
+        concurrency: 1,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_tuning(runtime, Device::Cpu, options, tuning).expect("an engine");
+    wait_until("two pairs ready", Duration::from_secs(180), || {
+        (engine.warm() >= 2).then_some(())
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let job = Job {
+        task_name: "task_wide_softmax".into(),
+        task_source: task_with_room_after_the_first_referee(&dir.path().join("first-referee")),
+        candidate_source: fixture("atol_carried_softmax.py"),
+        options: JudgeOptions {
+            seed: Some(1),
+            trials: Some(2),
+            ..JudgeOptions::default()
+        },
+        deadline: None,
+    };
+    let result = engine.evaluate(&job);
+    assert_eq!(result.verdict, Verdict::Incorrect, "{:#?}", result.failure);
+    let failure = result.failure.as_ref().expect("failure");
+    assert_eq!(failure.class, FailureClass::Incorrect);
+    assert_eq!(failure.stage, "precision");
+    let retried = result
+        .findings
+        .iter()
+        .find(|f| f.code == "retried-alone")
+        .unwrap_or_else(|| panic!("the retry is noted: {:#?}", result.findings));
+    assert!(
+        retried.message.contains("warm pool's waiting processes"),
+        "{}",
+        retried.message
+    );
+    let dropped = dropped.lock().expect("dropped").clone();
+    assert!(
+        matches!(dropped.as_slice(), [n] if *n >= 1),
+        "the pool made way once, killing its waiting pairs: {dropped:?}"
+    );
+}
