@@ -497,11 +497,12 @@ impl Engine {
     }
 
     /// [`Engine::run_alone`]; where that was beside the pool's waiting pairs, failed as sharing
-    /// may cause, and the task is (by now) known to be large, once more with the device
-    /// cleared, and its task clears it from then on if it ran out of memory. A small task's
-    /// second failure is its result: beside no other evaluation, the pairs' contexts leave it
-    /// most of the device. The result says why it was retried: `failed` holds the attempts
-    /// before this one (each with what it ran beside), first to last.
+    /// may cause, and the task is (by now) known to be large or the judge itself found no
+    /// memory, once more with the device cleared, and its task clears it from then on if it
+    /// ran out of memory beside the pairs and not without them. A small task's second failure
+    /// of its own is its result: beside no other evaluation, the pairs' contexts leave it most
+    /// of the device. The result says why it was retried: `failed` holds the attempts before
+    /// this one (each with what it ran beside), first to last.
     fn run_alone_escalating(
         &self,
         cfg: &EvalConfig,
@@ -517,10 +518,13 @@ impl Engine {
             && !control.is_cancelled()
             && (self.is_large(task) || judge_ran_out_of_memory(&result))
         {
-            if ran_out_of_memory(&result) {
+            let (cleared, cleared_entered) = self.run_alone(cfg, run, Alone::ClearDevice);
+            // Only where clearing helped: a candidate that holds the memory itself runs out
+            // with the device cleared too, and must not make its task's every later
+            // evaluation kill the pool's pairs.
+            if ran_out_of_memory(&result) && !ran_out_of_memory(&cleared) {
                 self.clearing_tasks.insert(task.0, task.1);
             }
-            let (cleared, cleared_entered) = self.run_alone(cfg, run, Alone::ClearDevice);
             failed.push((std::mem::replace(&mut result, cleared), BESIDE_POOL));
             entered = cleared_entered;
         }
@@ -700,7 +704,9 @@ fn failed_for_memory(f: &crucible_result::Failure) -> bool {
         FailureClass::OutOfMemory => true,
         FailureClass::InfraError => {
             let message = f.message.to_ascii_lowercase();
-            message.contains("out of memory") || message.contains("alloc_failed")
+            message.contains("out of memory")
+                || message.contains("out of device memory")
+                || message.contains("alloc_failed")
         }
         _ => false,
     }

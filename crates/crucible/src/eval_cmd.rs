@@ -484,8 +484,9 @@ fn oversubscribed(result: &EvalResult) -> bool {
 /// Whether the judge's own side ran out of device memory (an `infra_error` saying so).
 fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
     result.failure.as_ref().is_some_and(|f| {
+        let message = f.message.to_ascii_lowercase();
         f.class == FailureClass::InfraError
-            && f.message.to_ascii_lowercase().contains("out of memory")
+            && (message.contains("out of memory") || message.contains("out of device memory"))
     })
 }
 
