@@ -545,7 +545,12 @@ class Referee:
         ahead, self.ahead = self.ahead, None
         ahead = None if ahead is None else ahead.wait()
         if kept is None:
-            return {"outputs": None, "unmeasured": "no passing trial was kept for the measurement", "errors": []}
+            return {
+                "outputs": None,
+                "unmeasured": "no passing trial was kept for the measurement",
+                "errors": [],
+                "held_elsewhere_bytes": None,
+            }
         inputs, expected, got, seed = kept
         del kept
         redrawn = inputs is None
@@ -560,7 +565,13 @@ class Referee:
             if redrawn:
                 inputs, expected = self.redraw(seed)
             outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync, ahead)
-            return {"outputs": outputs, "unmeasured": None, "errors": errors, "out_of_memory": False}
+            return {
+                "outputs": outputs,
+                "unmeasured": None,
+                "errors": errors,
+                "out_of_memory": False,
+                "held_elsewhere_bytes": None,
+            }
         except precision.Unmeasured as exc:
             out_of_memory = exc.out_of_memory
             reply = {
@@ -568,6 +579,7 @@ class Referee:
                 "unmeasured": str(exc),
                 "errors": list(exc.errors),
                 "out_of_memory": exc.out_of_memory,
+                "held_elsewhere_bytes": None,
             }
             if exc.out_of_memory:
                 # Kept for another attempt: beside other evaluations the memory may free up.
@@ -576,7 +588,13 @@ class Referee:
             return reply
         except Exception as exc:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
-            return {"outputs": None, "unmeasured": why, "errors": [], "out_of_memory": False}
+            return {
+                "outputs": None,
+                "unmeasured": why,
+                "errors": [],
+                "out_of_memory": False,
+                "held_elsewhere_bytes": None,
+            }
         finally:
             del inputs, expected, got, ahead
             if large or out_of_memory:
