@@ -6,16 +6,14 @@
 //! no other test's pool is counted with it.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crucible_judge::{Device, EvalConfig, StageLimits};
 use crucible_result::{FailureClass, Verdict};
 use crucible_worker::engine::{EngineEvent, Probe};
-use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
+use crucible_worker::{Job, JudgeOptions};
 
 mod common;
 
-use common::{fixture, runtime, wait_until};
+use common::{cpu_engine_with_ready_pool, fixture, runtime};
 
 /// `task_wide_softmax.py` whose float64 forwards run out of device memory in the first referee
 /// process that runs one (as beside the pool's pairs), and run in any later one (the device
@@ -73,23 +71,8 @@ fn a_precision_measurement_without_room_beside_the_pool_is_made_with_the_device_
             }
         })
     };
-    let mut base = EvalConfig::new(Device::Cpu);
-    base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
-    let tuning = Tuning {
-        base: Some(base),
-        probe: Some(probe),
-        pool_depth: Some(2),
-        ..Tuning::default()
-    };
     // One at a time: only the pool's pairs share the device.
-    let options = EngineOptions {
-        concurrency: 1,
-        ..EngineOptions::default()
-    };
-    let engine = Engine::with_tuning(runtime, Device::Cpu, options, tuning).expect("an engine");
-    wait_until("two pairs ready", Duration::from_secs(180), || {
-        (engine.warm() >= 2).then_some(())
-    });
+    let engine = cpu_engine_with_ready_pool(runtime, 1, 2, probe, |_| {});
     let dir = tempfile::tempdir().expect("temp dir");
     let job = Job {
         task_name: "task_wide_softmax".into(),

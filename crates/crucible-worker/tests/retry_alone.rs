@@ -6,14 +6,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crucible_judge::{Device, EvalConfig, StageLimits};
 use crucible_result::{FailureClass, Verdict};
 use crucible_worker::engine::{EngineEvent, Probe};
-use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
+use crucible_worker::{Job, JudgeOptions};
 
 mod common;
 
-use common::{fixture, harness_descendants, runtime, wait_until};
+use common::{cpu_engine_with_ready_pool, fixture, harness_descendants, runtime, wait_until};
 
 /// What the probe saw, in order, with the harness processes alive at that moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,26 +44,12 @@ fn the_pool_kills_its_waiting_pairs_for_a_retry_alone_and_starts_none_until_it_e
             seen.lock().expect("seen").push(entry);
         })
     };
-    let mut base = EvalConfig::new(Device::Cpu);
-    base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
-    // A large task's retry clears the device (a small one's keeps the pairs: `engine.rs`); the
-    // engine sets these from the GPU's memory, and on the CPU every trial is large here.
-    base.large_work_bytes = 1;
-    base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
-    let tuning = Tuning {
-        base: Some(base),
-        probe: Some(probe),
-        pool_depth: Some(3),
-        ..Tuning::default()
-    };
     // Two at once: the engine put evaluations side by side, so it retries a fault alone.
-    let options = EngineOptions {
-        concurrency: 2,
-        ..EngineOptions::default()
-    };
-    let engine = Engine::with_tuning(runtime, Device::Cpu, options, tuning).expect("an engine");
-    wait_until("three pairs ready", Duration::from_secs(180), || {
-        (engine.warm() >= 3).then_some(())
+    let engine = cpu_engine_with_ready_pool(runtime, 2, 3, probe, |base| {
+        // A large task's retry clears the device (a small one's keeps the pairs: `engine.rs`);
+        // the engine sets these from the GPU's memory, and on the CPU every trial is large here.
+        base.large_work_bytes = 1;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
     });
     let before = harness_descendants().len();
     let job = Job {

@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crucible_judge::Runtime;
+use crucible_judge::{Device, EvalConfig, Runtime, StageLimits};
+use crucible_worker::engine::Probe;
+use crucible_worker::{Engine, EngineOptions, Tuning};
 
 /// A file of `crates/crucible-judge/tests/fixtures`.
 pub fn fixture(name: &str) -> String {
@@ -70,4 +72,35 @@ pub fn harness_descendants() -> Vec<u32> {
             String::from_utf8_lossy(&cmdline).contains("crucible_harness") && descends(*pid)
         })
         .collect()
+}
+
+/// A CPU engine that judges `concurrency` evaluations at once, every stage limited to 60 s,
+/// `configure` applied to its judge configuration, watched by `probe`; returned once its warm
+/// pool holds `pool_depth` pairs that said hello.
+#[allow(dead_code)] // not every test binary starts an engine with a pool
+pub fn cpu_engine_with_ready_pool(
+    runtime: Runtime,
+    concurrency: usize,
+    pool_depth: usize,
+    probe: Probe,
+    configure: impl FnOnce(&mut EvalConfig),
+) -> Engine {
+    let mut base = EvalConfig::new(Device::Cpu);
+    base.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(60));
+    configure(&mut base);
+    let tuning = Tuning {
+        base: Some(base),
+        probe: Some(probe),
+        pool_depth: Some(pool_depth),
+        ..Tuning::default()
+    };
+    let options = EngineOptions {
+        concurrency,
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_tuning(runtime, Device::Cpu, options, tuning).expect("an engine");
+    wait_until("the pool's pairs ready", Duration::from_secs(180), || {
+        (engine.warm() >= pool_depth).then_some(())
+    });
+    engine
 }
