@@ -15,47 +15,16 @@ mod common;
 
 use common::{cpu_engine_with_ready_pool, fixture, runtime};
 
-/// `task_wide_softmax.py` whose float64 forwards run out of device memory in the first referee
-/// process that runs one (as beside the pool's pairs), and run in any later one (the device
-/// cleared): the first such process writes its pid to `marker`.
+/// The fixture `task_wide_softmax_room_after_first_referee.py` with its marker at `marker`:
+/// the engine writes task files where it likes.
 fn task_with_room_after_the_first_referee(marker: &std::path::Path) -> String {
-    format!(
-        r#"import os
-import torch
-import torch.nn as nn
-
-MARKER = {marker:?}
-
-
-def _first_referee():
-    try:
-        with open(MARKER, "x") as f:
-            f.write(str(os.getpid()))
-    except FileExistsError:
-        pass
-    with open(MARKER) as f:
-        return f.read() == str(os.getpid())
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        if x.dtype == torch.float64 and _first_referee():
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB (stands in for the real one)")
-        return torch.softmax(x, dim=-1)
-
-
-batch_size = 4
-dim = 8192
-
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-
-def get_init_inputs():
-    return []
-"#,
-        marker = marker.display().to_string()
+    let task = fixture("task_wide_softmax_room_after_first_referee.py");
+    let line =
+        "MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), \"first-referee\")";
+    assert!(task.contains(line), "the fixture sets MARKER so");
+    task.replace(
+        line,
+        &format!("MARKER = {:?}", marker.display().to_string()),
     )
 }
 

@@ -13,18 +13,16 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Judges `oom.py` (always out of memory) and `honest.py` against the same ReLU task.
-fn batch(jobs: &str) -> Vec<EvalResult> {
+/// Judges `pairs` (result name, task fixture, candidate fixture), each task copied beside the
+/// others into a fresh directory, `jobs` at once; the results in name order.
+fn batch(jobs: &str, pairs: &[(&str, &str, &str)]) -> Vec<EvalResult> {
     let dir = tempfile::tempdir().expect("temp dir");
     let (tasks, candidates) = (dir.path().join("tasks"), dir.path().join("candidates"));
     for sub in [&tasks, &candidates] {
         std::fs::create_dir(sub).expect("mkdir");
     }
-    for (name, candidate) in [
-        ("oom.py", "out_of_memory.py"),
-        ("honest.py", "honest_relu.py"),
-    ] {
-        std::fs::copy(fixture("task_relu.py"), tasks.join(name)).expect("copy task");
+    for (name, task, candidate) in pairs {
+        std::fs::copy(fixture(task), tasks.join(name)).expect("copy task");
         std::fs::copy(fixture(candidate), candidates.join(name)).expect("copy candidate");
     }
     let output = Command::new(env!("CARGO_BIN_EXE_crucible"))
@@ -50,13 +48,19 @@ fn batch(jobs: &str) -> Vec<EvalResult> {
     results
 }
 
+/// `oom.py` (always out of memory) and `honest.py` against the same ReLU task.
+const RELU_PAIRS: [(&str, &str, &str); 2] = [
+    ("oom.py", "task_relu.py", "out_of_memory.py"),
+    ("honest.py", "task_relu.py", "honest_relu.py"),
+];
+
 fn retried(r: &EvalResult) -> bool {
     r.findings.iter().any(|f| f.code == "retried-alone")
 }
 
 #[test]
 fn an_out_of_memory_failure_beside_other_evaluations_is_retried_alone() {
-    let results = batch("2");
+    let results = batch("2", &RELU_PAIRS);
     let [honest, oom] = results.as_slice() else {
         panic!("two results: {results:#?}");
     };
@@ -73,7 +77,43 @@ fn an_out_of_memory_failure_beside_other_evaluations_is_retried_alone() {
 
 #[test]
 fn a_batch_of_one_at_a_time_never_retries() {
-    let results = batch("1");
+    let results = batch("1", &RELU_PAIRS);
     assert_eq!(results.len(), 2);
     assert!(results.iter().all(|r| !retried(r)), "{results:#?}");
+}
+
+/// One at a time, but the next pair's processes start while an evaluation runs: where the
+/// judge's precision measurement finds no room beside them, the evaluation is judged again
+/// without them, never left unmeasured (a softmax scaled by 1.5, which only that measurement
+/// refuses, would pass). The fixture task runs out of memory in its first referee only.
+#[test]
+fn a_precision_measurement_without_room_beside_the_next_pair_is_made_again_without_it() {
+    let task = "task_wide_softmax_room_after_first_referee.py";
+    let results = batch(
+        "1",
+        &[
+            ("a_scaled.py", task, "atol_carried_softmax.py"),
+            ("b_honest.py", task, "honest_wide_softmax.py"),
+        ],
+    );
+    let [scaled, honest] = results.as_slice() else {
+        panic!("two results: {results:#?}");
+    };
+    assert_eq!(scaled.verdict, Verdict::Incorrect, "{:#?}", scaled.failure);
+    assert_eq!(
+        scaled.failure.as_ref().map(|f| f.stage.as_str()),
+        Some("precision")
+    );
+    let retry = scaled
+        .findings
+        .iter()
+        .find(|f| f.code == "retried-alone")
+        .unwrap_or_else(|| panic!("the first one is retried: {:#?}", scaled.findings));
+    assert!(
+        retry.message.contains("the warm pool's waiting processes"),
+        "{}",
+        retry.message
+    );
+    assert_eq!(honest.verdict, Verdict::Correct, "{:#?}", honest.failure);
+    assert!(!retried(honest), "{:#?}", honest.findings);
 }
