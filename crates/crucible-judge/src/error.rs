@@ -59,6 +59,7 @@ pub enum InfraError {
          were held outside it (by the candidate's process after its forward returned, or by a \
          process not the judge's): {detail}"
     )]
+    // `InfraError::is_held_elsewhere` recognises this message in a result.
     DeviceHeldElsewhere {
         stage: &'static str,
         held_gib: f64,
@@ -70,7 +71,39 @@ pub enum InfraError {
 }
 
 impl InfraError {
+    /// Whether a result's failure message is [`InfraError::DeviceHeldElsewhere`]'s: the memory
+    /// was held by something the caller cannot clear away.
+    pub fn is_held_elsewhere(message: &str) -> bool {
+        message.contains("of the device were held outside it")
+    }
+
     pub(crate) fn io(what: &'static str) -> impl Fn(std::io::Error) -> InfraError {
         move |source| InfraError::Io { what, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InfraError;
+
+    /// The engine tells this fault from other shortages by its message, the only part of it a
+    /// result keeps.
+    #[test]
+    fn a_result_message_says_whether_the_memory_was_held_elsewhere() {
+        let held = InfraError::DeviceHeldElsewhere {
+            stage: "precision",
+            held_gib: 71.68,
+            detail: "the device ran out of memory".into(),
+        };
+        assert!(InfraError::is_held_elsewhere(&held.to_string()), "{held}");
+        let shared = InfraError::SharedDeviceOutOfMemory {
+            stage: "precision",
+            who: "the warm pool's waiting processes",
+            detail: "the device ran out of memory".into(),
+        };
+        assert!(
+            !InfraError::is_held_elsewhere(&shared.to_string()),
+            "{shared}"
+        );
     }
 }

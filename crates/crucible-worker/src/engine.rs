@@ -499,10 +499,11 @@ impl Engine {
     /// [`Engine::run_alone`]; where that was beside the pool's waiting pairs, failed as sharing
     /// may cause, and the task is (by now) known to be large or the judge itself found no
     /// memory, once more with the device cleared, and its task clears it from then on if it
-    /// ran out of memory beside the pairs and not without them. A small task's second failure
-    /// of its own is its result: beside no other evaluation, the pairs' contexts leave it most
-    /// of the device. The result says why it was retried: `failed` holds the attempts before
-    /// this one (each with what it ran beside), first to last.
+    /// ran out of memory beside the pairs (unless the memory proved held by something else).
+    /// A small task's second failure of its own is its result: beside no other evaluation, the
+    /// pairs' contexts leave it most of the device. The result says why it was retried:
+    /// `failed` holds the attempts before this one (each with what it ran beside), first to
+    /// last.
     fn run_alone_escalating(
         &self,
         cfg: &EvalConfig,
@@ -519,10 +520,10 @@ impl Engine {
             && (self.is_large(task) || judge_ran_out_of_memory(&result))
         {
             let (cleared, cleared_entered) = self.run_alone(cfg, run, Alone::ClearDevice);
-            // Only where clearing helped: a candidate that holds the memory itself runs out
-            // with the device cleared too, and must not make its task's every later
+            // Not where the memory proved to be held by something clearing does not remove (a
+            // candidate that fills the device itself): it must not make its task's every later
             // evaluation kill the pool's pairs.
-            if ran_out_of_memory(&result) && !ran_out_of_memory(&cleared) {
+            if ran_out_of_memory(&result) && !memory_held_elsewhere(&cleared) {
                 self.clearing_tasks.insert(task.0, task.1);
             }
             failed.push((std::mem::replace(&mut result, cleared), BESIDE_POOL));
@@ -688,6 +689,14 @@ fn shared_device_fault(result: &EvalResult) -> bool {
 /// (an `infra_error` saying so: torch's `OutOfMemoryError`, cuBLAS failing to allocate).
 fn ran_out_of_memory(result: &EvalResult) -> bool {
     result.failure.as_ref().is_some_and(failed_for_memory)
+}
+
+/// Whether the judge ran out of device memory while something it cannot clear away held it
+/// ([`InfraError::DeviceHeldElsewhere`]).
+fn memory_held_elsewhere(result: &EvalResult) -> bool {
+    result.failure.as_ref().is_some_and(|f| {
+        f.class == FailureClass::InfraError && InfraError::is_held_elsewhere(&f.message)
+    })
 }
 
 /// Whether the judge's own side ran out of device memory (an `infra_error` saying so), which
