@@ -71,6 +71,16 @@ pub enum InfraError {
 }
 
 impl InfraError {
+    /// Whether a result's `infra_error` message says the judge's side ran out of device memory:
+    /// torch's `OutOfMemoryError`, cuBLAS failing to allocate, or the judge's own shortages
+    /// ([`InfraError::SharedDeviceOutOfMemory`], [`InfraError::DeviceHeldElsewhere`]).
+    pub fn is_out_of_memory(message: &str) -> bool {
+        let message = message.to_ascii_lowercase();
+        message.contains("out of memory")
+            || message.contains("out of device memory")
+            || message.contains("alloc_failed")
+    }
+
     /// Whether a result's failure message is [`InfraError::DeviceHeldElsewhere`]'s: the memory
     /// was held by something the caller cannot clear away.
     pub fn is_held_elsewhere(message: &str) -> bool {
@@ -89,13 +99,14 @@ mod tests {
     /// The engine tells this fault from other shortages by its message, the only part of it a
     /// result keeps.
     #[test]
-    fn a_result_message_says_whether_the_memory_was_held_elsewhere() {
+    fn a_result_message_says_whether_memory_ran_out_and_was_held_elsewhere() {
         let held = InfraError::DeviceHeldElsewhere {
             stage: "precision",
             held_gib: 71.68,
             detail: "the device ran out of memory".into(),
         };
         assert!(InfraError::is_held_elsewhere(&held.to_string()), "{held}");
+        assert!(InfraError::is_out_of_memory(&held.to_string()), "{held}");
         let shared = InfraError::SharedDeviceOutOfMemory {
             stage: "precision",
             who: "the warm pool's waiting processes",

@@ -711,12 +711,7 @@ fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
 fn failed_for_memory(f: &crucible_result::Failure) -> bool {
     match f.class {
         FailureClass::OutOfMemory => true,
-        FailureClass::InfraError => {
-            let message = f.message.to_ascii_lowercase();
-            message.contains("out of memory")
-                || message.contains("out of device memory")
-                || message.contains("alloc_failed")
-        }
+        FailureClass::InfraError => InfraError::is_out_of_memory(&f.message),
         _ => false,
     }
 }

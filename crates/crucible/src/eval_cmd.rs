@@ -484,9 +484,8 @@ fn oversubscribed(result: &EvalResult) -> bool {
 /// Whether the judge's own side ran out of device memory (an `infra_error` saying so).
 fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
     result.failure.as_ref().is_some_and(|f| {
-        let message = f.message.to_ascii_lowercase();
         f.class == FailureClass::InfraError
-            && (message.contains("out of memory") || message.contains("out of device memory"))
+            && crucible_judge::InfraError::is_out_of_memory(&f.message)
     })
 }
 
