@@ -92,6 +92,26 @@ impl InfraError {
     }
 }
 
+/// Whether `result` ended in an `infra_error` saying the judge's side ran out of device memory
+/// ([`InfraError::is_out_of_memory`]), which is never the candidate's doing.
+pub fn judge_ran_out_of_memory(result: &crucible_result::EvalResult) -> bool {
+    infra_error_message(result).is_some_and(InfraError::is_out_of_memory)
+}
+
+/// Whether `result` ended in [`InfraError::DeviceHeldElsewhere`]: the judge found no memory
+/// while something it cannot clear away held it.
+pub fn memory_held_elsewhere(result: &crucible_result::EvalResult) -> bool {
+    infra_error_message(result).is_some_and(InfraError::is_held_elsewhere)
+}
+
+fn infra_error_message(result: &crucible_result::EvalResult) -> Option<&str> {
+    result
+        .failure
+        .as_ref()
+        .filter(|f| f.class == crucible_result::FailureClass::InfraError)
+        .map(|f| f.message.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::InfraError;

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crucible_judge::{
     Device, DeviceFacts, DeviceSharing, EvalConfig, InfraError, Runtime, StageLimits,
+    judge_ran_out_of_memory, memory_held_elsewhere,
 };
 use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 use sha2::{Digest, Sha256};
@@ -689,23 +690,6 @@ fn shared_device_fault(result: &EvalResult) -> bool {
 /// (an `infra_error` saying so: torch's `OutOfMemoryError`, cuBLAS failing to allocate).
 fn ran_out_of_memory(result: &EvalResult) -> bool {
     result.failure.as_ref().is_some_and(failed_for_memory)
-}
-
-/// Whether the judge ran out of device memory while something it cannot clear away held it
-/// ([`InfraError::DeviceHeldElsewhere`]).
-fn memory_held_elsewhere(result: &EvalResult) -> bool {
-    result.failure.as_ref().is_some_and(|f| {
-        f.class == FailureClass::InfraError && InfraError::is_held_elsewhere(&f.message)
-    })
-}
-
-/// Whether the judge's own side ran out of device memory (an `infra_error` saying so), which
-/// is never the candidate's doing.
-fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
-    result
-        .failure
-        .as_ref()
-        .is_some_and(|f| f.class == FailureClass::InfraError && failed_for_memory(f))
 }
 
 fn failed_for_memory(f: &crucible_result::Failure) -> bool {

@@ -424,7 +424,7 @@ impl Batch<'_> {
         drop(shared);
         let retry = match sharing {
             DeviceSharing::Evaluations => oversubscribed(&first),
-            DeviceSharing::WaitingProcesses => judge_ran_out_of_memory(&first),
+            DeviceSharing::WaitingProcesses => crucible_judge::judge_ran_out_of_memory(&first),
             DeviceSharing::Nobody => false,
         };
         if !retry {
@@ -479,14 +479,6 @@ fn oversubscribed(result: &EvalResult) -> bool {
             .failure
             .as_ref()
             .is_some_and(|f| f.class == FailureClass::OutOfMemory)
-}
-
-/// Whether the judge's own side ran out of device memory (an `infra_error` saying so).
-fn judge_ran_out_of_memory(result: &EvalResult) -> bool {
-    result.failure.as_ref().is_some_and(|f| {
-        f.class == FailureClass::InfraError
-            && crucible_judge::InfraError::is_out_of_memory(&f.message)
-    })
 }
 
 /// Says in the retried result why it was retried and what the first attempt got.
