@@ -354,20 +354,12 @@ impl Engine {
     /// current stage, and a cancel kills the evaluation's processes and ends it `infra_error`.
     pub fn evaluate_controlled(&self, job: &Job, control: &Control) -> EvalResult {
         let _slot = self.slots.acquire();
-        let task_path = self.tasks.path_for(&job.task_name, &job.task_source);
         let candidate_path = PathBuf::from(format!("{}-candidate.py", safe_name(&job.task_name)));
         let (task_src, candidate_src) =
             (job.task_source.as_bytes(), job.candidate_source.as_bytes());
         let mut cfg = self.base.clone();
-        cfg.stage_observer = Some(control.observer());
-        cfg.abort = Some(control.abort());
-        let setup = options::apply(&job.options, &mut cfg)
-            .map_err(|e| InfraError::Setup(format!("bad judge options: {e}")))
-            .and_then(|()| {
-                task_path.map_err(|e| InfraError::Setup(format!("cannot write the task file: {e}")))
-            });
-        let task_path = match setup {
-            Ok(path) => path,
+        let task_path = match self.configure(job, control, &mut cfg) {
+            Ok(task_path) => task_path,
             Err(error) => {
                 let task_path = PathBuf::from(format!("{}.py", safe_name(&job.task_name)));
                 return crucible_judge::infra_error_result(
@@ -380,9 +372,6 @@ impl Engine {
                 );
             }
         };
-        if let Some(deadline) = job.deadline {
-            cap_limits(&mut cfg.limits, deadline);
-        }
         let run = |cfg: &EvalConfig, take: &mut dyn FnMut() -> Option<crucible_judge::Workers>| {
             let files = (
                 (task_path.as_path(), task_src),
@@ -405,42 +394,78 @@ impl Engine {
         let shared = self.alone.read();
         let result = run(&cfg, &mut || self.take_workers());
         drop(shared);
-        if !shared_device
-            && cfg.device_sharing == DeviceSharing::WaitingProcesses
-            && judge_ran_out_of_memory(&result)
-            && !control.is_cancelled()
-        {
-            // One evaluation at a time, but the pool's waiting pairs held part of the device
-            // when the judge's own measurement found no room: once more with them gone.
-            let failed = vec![(result, BESIDE_POOL)];
-            return self
-                .run_alone_escalating(&cfg, &run, Alone::ClearDevice, task, control, failed)
-                .0;
+        if control.is_cancelled() {
+            return result;
         }
-        if shared_device && shared_device_fault(&result) && !control.is_cancelled() {
-            // The engine, not the candidate, put several evaluations on one device. A task
-            // whose own work is large there will not fit beside others next time either, and
-            // its first attempts fail the evaluations beside them too (an 80 GiB H100: with
-            // each correct 23_Softmax, the three matmuls beside it ran out of memory).
-            let large = self.is_large(task);
-            if large && ran_out_of_memory(&result) {
-                self.alone_tasks.insert(task.0, task.1);
+        self.retry_what_sharing_failed(&cfg, &run, task, control, result)
+    }
+
+    /// Makes `cfg` the judge's configuration for `job` (its options, its deadline, this
+    /// evaluation's observer and abort) and writes the task's file; its path, or why the job
+    /// cannot be judged.
+    fn configure(
+        &self,
+        job: &Job,
+        control: &Control,
+        cfg: &mut EvalConfig,
+    ) -> Result<PathBuf, InfraError> {
+        cfg.stage_observer = Some(control.observer());
+        cfg.abort = Some(control.abort());
+        options::apply(&job.options, cfg)
+            .map_err(|e| InfraError::Setup(format!("bad judge options: {e}")))?;
+        let task_path = self
+            .tasks
+            .path_for(&job.task_name, &job.task_source)
+            .map_err(|e| InfraError::Setup(format!("cannot write the task file: {e}")))?;
+        if let Some(deadline) = job.deadline {
+            cap_limits(&mut cfg.limits, deadline);
+        }
+        Ok(task_path)
+    }
+
+    /// `result` of an evaluation run beside others (as `cfg.device_sharing` says), or, where
+    /// what it ran beside may have failed it, the evaluation run again with fewer beside it.
+    fn retry_what_sharing_failed(
+        &self,
+        cfg: &EvalConfig,
+        run: &RunTaking<'_>,
+        task: (&str, Option<&str>),
+        control: &Control,
+        result: EvalResult,
+    ) -> EvalResult {
+        match cfg.device_sharing {
+            DeviceSharing::WaitingProcesses if judge_ran_out_of_memory(&result) => {
+                // One evaluation at a time, but the pool's waiting pairs held part of the
+                // device when the judge's own measurement found no room: once more with them
+                // gone.
+                let failed = vec![(result, BESIDE_POOL)];
+                self.run_alone_escalating(cfg, run, Alone::ClearDevice, task, control, failed)
+                    .0
             }
-            // A small task failed beside a large one: the pool's pairs never were the trouble,
-            // and killing them costs the next evaluations their start-up (an 80 GiB H100: six
-            // matmuls retried after one 23_Softmax, and 31 of 64 evaluations then started
-            // their own processes).
-            let alone = if large {
-                Alone::ClearDevice
-            } else {
-                Alone::AmongEvaluations
-            };
-            let failed = vec![(result, BESIDE_EVALUATIONS)];
-            return self
-                .run_alone_escalating(&cfg, &run, alone, task, control, failed)
-                .0;
+            DeviceSharing::Evaluations if shared_device_fault(&result) => {
+                // The engine, not the candidate, put several evaluations on one device. A task
+                // whose own work is large there will not fit beside others next time either,
+                // and its first attempts fail the evaluations beside them too (an 80 GiB H100:
+                // with each correct 23_Softmax, the three matmuls beside it ran out of memory).
+                let large = self.is_large(task);
+                if large && ran_out_of_memory(&result) {
+                    self.alone_tasks.insert(task.0, task.1);
+                }
+                // A small task failed beside a large one: the pool's pairs never were the
+                // trouble, and killing them costs the next evaluations their start-up (an 80
+                // GiB H100: six matmuls retried after one 23_Softmax, and 31 of 64 evaluations
+                // then started their own processes).
+                let alone = if large {
+                    Alone::ClearDevice
+                } else {
+                    Alone::AmongEvaluations
+                };
+                let failed = vec![(result, BESIDE_EVALUATIONS)];
+                self.run_alone_escalating(cfg, run, alone, task, control, failed)
+                    .0
+            }
+            _ => result,
         }
-        result
     }
 
     /// What shares the device with an evaluation that no other evaluation runs beside: the
