@@ -166,6 +166,68 @@ fn precision_budget_s(trial_limit: Duration) -> f64 {
     trial_limit.as_secs_f64() / 2.0
 }
 
+/// The referee's precision measurement, and how many attempts it took: beside other
+/// evaluations a shortage often passes (their float64 copies and trials come and go), and
+/// waiting a little, without a share, is much cheaper than the engine's retry of the whole
+/// evaluation alone. Not while holding the device: every other evaluation would wait too.
+fn measure_precision_pausing(
+    referee: &mut HarnessProcess,
+    request: &RefereeRequest,
+    limit: Duration,
+    eval: &mut Evaluation<'_>,
+) -> Result<(MeasurePrecisionReply, u32), Stop> {
+    let mut pauses = SHARED_OOM_PAUSES.iter();
+    let mut attempts = 1;
+    loop {
+        let measured: MeasurePrecisionReply = {
+            let _gpu = precision_gpu_work(eval);
+            referee_call(referee, request, limit)?
+        };
+        match pauses.next() {
+            Some(pause)
+                if measured.out_of_memory
+                    && eval.cfg.device_sharing == DeviceSharing::Evaluations
+                    && !eval.holds_device =>
+            {
+                std::thread::sleep(*pause);
+                attempts += 1;
+            }
+            _ => return Ok((measured, attempts)),
+        }
+    }
+}
+
+/// The judge's fault where the precision measurement ran out of memory while something else
+/// may have held it: left unmeasured, a candidate that only atol lets through would pass. Beside
+/// other evaluations (seen at 8 at once on an H200: both scaled 23_Softmax candidates `correct`)
+/// or the warm pool's waiting pairs (an 80 GiB H100 with twelve of them) the memory was ours;
+/// with nothing of ours beside it, more than [`HELD_ELSEWHERE_ALLOWANCE`] held outside the
+/// referee's allocator (a candidate that filled the device after its last trial) is not the
+/// task's size either. `None`: the shortage, if any, is the task's own.
+fn memory_shortage_not_the_tasks(
+    measured: &MeasurePrecisionReply,
+    attempts: u32,
+    sharing: DeviceSharing,
+) -> Option<InfraError> {
+    if !measured.out_of_memory {
+        return None;
+    }
+    let detail = measured.unmeasured.clone().unwrap_or_default();
+    if sharing != DeviceSharing::Nobody {
+        return Some(InfraError::SharedDeviceOutOfMemory {
+            stage: "precision",
+            who: sharing.who(),
+            detail: format!("{detail} ({attempts} attempts)"),
+        });
+    }
+    let held = measured.held_elsewhere_bytes?;
+    (held > HELD_ELSEWHERE_ALLOWANCE).then(|| InfraError::DeviceHeldElsewhere {
+        stage: "precision",
+        held_gib: held as f64 / f64::from(1u32 << 30),
+        detail,
+    })
+}
+
 /// Asks the referee to begin the precision measurement's float64 forwards on `trial`'s inputs
 /// while the candidate runs it (they do not need its outputs); whether they began.
 fn start_precision_ahead(
@@ -705,29 +767,7 @@ impl Session {
         };
         let referee = &mut self.workers.referee;
         let (measured, attempts) = eval.stage("precision", |eval| {
-            let mut pauses = SHARED_OOM_PAUSES.iter();
-            let mut attempts = 1;
-            loop {
-                let measured: MeasurePrecisionReply = {
-                    let _gpu = precision_gpu_work(eval);
-                    referee_call(referee, &request, limit * 2)?
-                };
-                // Beside other evaluations a shortage often passes (their float64 copies and
-                // trials come and go): waiting a little, without a share, is much cheaper
-                // than the engine's retry of the whole evaluation alone.
-                // Not while holding the device: every other evaluation would wait too.
-                match pauses.next() {
-                    Some(pause)
-                        if measured.out_of_memory
-                            && eval.cfg.device_sharing == DeviceSharing::Evaluations
-                            && !eval.holds_device =>
-                    {
-                        std::thread::sleep(*pause);
-                        attempts += 1;
-                    }
-                    _ => return Ok((measured, attempts)),
-                }
-            }
+            measure_precision_pausing(referee, &request, limit * 2, eval)
         })?;
         if attempts > 1 && !measured.out_of_memory {
             eval.add_once(Finding::new(
@@ -746,29 +786,10 @@ impl Session {
                 message,
             }));
         }
-        if measured.out_of_memory && eval.cfg.device_sharing != DeviceSharing::Nobody {
-            // Left unmeasured, a candidate that only atol lets through would pass because
-            // other evaluations held the memory (seen at 8 at once on an H200: both scaled
-            // 23_Softmax candidates `correct`), or the warm pool's waiting pairs did (an 80 GiB
-            // H100 with twelve of them). With nothing else there, the shortage is the task's size.
-            return Err(Stop::Infra(InfraError::SharedDeviceOutOfMemory {
-                stage: "precision",
-                who: eval.cfg.device_sharing.who(),
-                detail: format!(
-                    "{} ({attempts} attempts)",
-                    measured.unmeasured.unwrap_or_default()
-                ),
-            }));
-        }
-        if let Some(held) = measured
-            .held_elsewhere_bytes
-            .filter(|&held| measured.out_of_memory && held > HELD_ELSEWHERE_ALLOWANCE)
+        if let Some(error) =
+            memory_shortage_not_the_tasks(&measured, attempts, eval.cfg.device_sharing)
         {
-            return Err(Stop::Infra(InfraError::DeviceHeldElsewhere {
-                stage: "precision",
-                held_gib: held as f64 / f64::from(1u32 << 30),
-                detail: measured.unmeasured.unwrap_or_default(),
-            }));
+            return Err(Stop::Infra(error));
         }
         let mut measured = precision::from_reply(measured, 0);
         measured.forwards_ahead_s = self.precision_ahead_s;
@@ -1255,6 +1276,42 @@ mod tests {
     /// The default size of large work.
     fn large() -> u64 {
         super::super::EvalConfig::new(crate::Device::Cpu).large_work_bytes
+    }
+
+    /// A measurement that ran out of memory, with `held` bytes outside the referee's allocator.
+    fn short_of_memory(held: Option<u64>) -> MeasurePrecisionReply {
+        MeasurePrecisionReply {
+            outputs: None,
+            unmeasured: Some("the float64 reference ran out of memory".into()),
+            errors: Vec::new(),
+            out_of_memory: true,
+            held_elsewhere_bytes: held,
+        }
+    }
+
+    #[test]
+    fn a_precision_shortage_is_the_tasks_only_with_nothing_else_holding_the_device() {
+        let own = |reply: &MeasurePrecisionReply, sharing| {
+            memory_shortage_not_the_tasks(reply, 1, sharing).map(|e| e.to_string())
+        };
+        let little_held = short_of_memory(Some(HELD_ELSEWHERE_ALLOWANCE));
+        // Beside other evaluations or the pool's waiting pairs: ours, whatever the referee saw.
+        for sharing in [DeviceSharing::Evaluations, DeviceSharing::WaitingProcesses] {
+            let message = own(&little_held, sharing).expect("the judge's fault");
+            assert!(message.contains(sharing.who()), "{message}");
+        }
+        // Nothing of ours beside it: the task's size, unless a candidate held gigabytes.
+        assert_eq!(own(&little_held, DeviceSharing::Nobody), None);
+        assert_eq!(own(&short_of_memory(None), DeviceSharing::Nobody), None);
+        let hoarded = short_of_memory(Some(HELD_ELSEWHERE_ALLOWANCE + (1 << 30)));
+        let message = own(&hoarded, DeviceSharing::Nobody).expect("the judge's fault");
+        assert!(message.contains("5.00 GiB"), "{message}");
+        // Measured, or unmeasured for another reason: nothing to say.
+        let measured = MeasurePrecisionReply {
+            out_of_memory: false,
+            ..hoarded
+        };
+        assert_eq!(own(&measured, DeviceSharing::Evaluations), None);
     }
 
     #[test]
