@@ -363,7 +363,8 @@ class Candidate:
         self.torch = torch
         # Taken before candidate code runs, which could replace torch's.
         self.empty_cache = torch.cuda.empty_cache
-        self.cached_bytes = lambda device: torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        reserved, allocated = torch.cuda.memory_reserved, torch.cuda.memory_allocated
+        self.cached_bytes = lambda device: reserved(device) - allocated(device)
         self.autotune = autotune
         self.chan = chan
         self.recorder = recorder

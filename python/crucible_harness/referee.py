@@ -545,12 +545,7 @@ class Referee:
         ahead, self.ahead = self.ahead, None
         ahead = None if ahead is None else ahead.wait()
         if kept is None:
-            return {
-                "outputs": None,
-                "unmeasured": "no passing trial was kept for the measurement",
-                "errors": [],
-                "held_elsewhere_bytes": None,
-            }
+            return precision_reply(unmeasured="no passing trial was kept for the measurement")
         inputs, expected, got, seed = kept
         del kept
         redrawn = inputs is None
@@ -565,40 +560,39 @@ class Referee:
             if redrawn:
                 inputs, expected = self.redraw(seed)
             outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync, ahead)
-            return {
-                "outputs": outputs,
-                "unmeasured": None,
-                "errors": errors,
-                "out_of_memory": False,
-                "held_elsewhere_bytes": None,
-            }
+            return precision_reply(outputs=outputs, errors=errors)
         except precision.Unmeasured as exc:
             out_of_memory = exc.out_of_memory
-            reply = {
-                "outputs": None,
-                "unmeasured": str(exc),
-                "errors": list(exc.errors),
-                "out_of_memory": exc.out_of_memory,
-                "held_elsewhere_bytes": None,
-            }
-            if exc.out_of_memory:
+            held_elsewhere = None
+            if out_of_memory:
                 # Kept for another attempt: beside other evaluations the memory may free up.
                 self.precision_trial = (None, None, got, seed) if redrawn else (inputs, expected, got, seed)
-                reply["held_elsewhere_bytes"] = self.device_memory_held_elsewhere()
-            return reply
+                held_elsewhere = self.device_memory_held_elsewhere()
+            return precision_reply(
+                unmeasured=str(exc),
+                errors=exc.errors,
+                out_of_memory=out_of_memory,
+                held_elsewhere_bytes=held_elsewhere,
+            )
         except Exception as exc:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
-            return {
-                "outputs": None,
-                "unmeasured": why,
-                "errors": [],
-                "out_of_memory": False,
-                "held_elsewhere_bytes": None,
-            }
+            return precision_reply(unmeasured=why)
         finally:
             del inputs, expected, got, ahead
             if large or out_of_memory:
                 self.release_device_memory()
+
+
+def precision_reply(outputs=None, unmeasured=None, errors=(), out_of_memory=False, held_elsewhere_bytes=None):
+    """One `measure_precision` reply, every field present (the judge refuses a missing one):
+    `outputs` where measured, else why not (`unmeasured`), with the errors known so far."""
+    return {
+        "outputs": outputs,
+        "unmeasured": unmeasured,
+        "errors": list(errors),
+        "out_of_memory": out_of_memory,
+        "held_elsewhere_bytes": held_elsewhere_bytes,
+    }
 
 
 def fetch_at_once(torch, parts):

@@ -84,7 +84,6 @@ impl ToleranceProfile {
     }
 }
 
-/// How the referee shares tensors with the candidate process.
 /// Who else of the caller's holds memory on an evaluation's device (`EvalConfig::device_sharing`).
 /// A measurement the judge cannot make for want of memory is the task's size only when nobody
 /// does: left undone there, it would let through a candidate only it refuses (a softmax scaled
@@ -112,6 +111,7 @@ impl DeviceSharing {
     }
 }
 
+/// How the referee shares tensors with the candidate process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     /// CUDA IPC on a GPU, shared-memory files on the CPU.
