@@ -848,6 +848,7 @@ def traced(referee, op, handler, path):
             # A diagnostic: never the request's failure.
             try:
                 line = {
+                    "at": time.time(),  # to line up with samples of every process's use
                     "pid": os.getpid(),
                     "op": op,
                     "trial": msg.get("trial"),

@@ -75,10 +75,15 @@ fn each_referee_request_appends_what_the_referee_holds() {
         .filter_map(|line| line["pid"].as_u64())
         .collect();
     assert_eq!(pids.len(), 1, "{pids:?}");
-    // Each line says how long its request took to handle, within the evaluation's own wall.
+    // Each line says how long its request took to handle, within the evaluation's own wall,
+    // and when it was written (unix time, in order), to line up with other processes' samples.
+    let mut written = 0.0;
     for line in &lines {
         let seconds = line["seconds"].as_f64().expect("seconds");
         assert!((0.0..result.wall_s.max(1.0)).contains(&seconds), "{line}");
+        let at = line["at"].as_f64().expect("at");
+        assert!(at >= written && at > 1.7e9, "{line}");
+        written = at;
     }
     // A trial's tensors are held from its prepare to its check.
     let held = |op: &str, trial: &str| {

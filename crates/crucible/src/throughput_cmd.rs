@@ -141,6 +141,10 @@ pub struct ThroughputArgs {
     /// (the timed phases' exclusive lock) instead of sharing its time slices.
     #[arg(long)]
     exclusive_checks: bool,
+    /// Leaves this task out of the set (repeatable; its name as the set lists it, e.g.
+    /// `23_Softmax`): a diagnostic of what one task costs the rate, never the goal's set.
+    #[arg(long = "without-task", value_name = "NAME")]
+    without_tasks: Vec<String>,
     /// Both modes: share every trial's inputs and output slots anew, instead of the default
     /// standing shares (a small trial's, written again by the referee and mapped once by the
     /// candidate's process).
@@ -189,13 +193,19 @@ pub fn run(args: ThroughputArgs) -> anyhow::Result<ExitCode> {
     }
     let base = base_config(&args);
     let all: Vec<&Case> = cases.iter().collect();
-    let sample = off_sample(&cases, args.tasks, args.off_every);
+    let tasks = cases.iter().map(|case| case.task + 1).max().unwrap_or(0) as u32;
+    let sample = off_sample(&cases, tasks, args.off_every);
+    let without = if args.without_tasks.is_empty() {
+        String::new()
+    } else {
+        format!(" (without {})", args.without_tasks.join(", "))
+    };
     println!(
-        "bench-throughput on {}: {} candidates over {} tasks ({}); timing {} warm-up + {} timed \
-         iterations per side, {} trials, autotuner budget {} ms",
+        "bench-throughput on {}: {} candidates over {} tasks{without} ({}); timing {} warm-up + \
+         {} timed iterations per side, {} trials, autotuner budget {} ms",
         args.device,
         cases.len(),
-        args.tasks,
+        tasks,
         mix(&all),
         args.warmup,
         args.iters,
@@ -382,8 +392,8 @@ fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Cas
                 .kernelbench
                 .clone()
                 .context("the KernelBench set needs --kernelbench DIR (or $KERNELBENCH)")?;
-            KERNELBENCH_SET
-                .iter()
+            kept(KERNELBENCH_SET, |(_, name)| name, &args.without_tasks)?
+                .into_iter()
                 .take(args.tasks as usize)
                 .map(|(level, name)| {
                     (
@@ -397,8 +407,8 @@ fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Cas
                 })
                 .collect()
         }
-        CandidateSet::Builtin => BUILTIN_SET
-            .iter()
+        CandidateSet::Builtin => kept(BUILTIN_SET, |name| name, &args.without_tasks)?
+            .into_iter()
             .take(args.tasks as usize)
             .map(|name| {
                 (
@@ -439,6 +449,29 @@ fn build_set(args: &ThroughputArgs, set: CandidateSet) -> anyhow::Result<Vec<Cas
         }
     }
     Ok(cases)
+}
+
+/// The entries of `set` whose name is not in `without`; a name in `without` that the set does
+/// not hold is an error (a typo would otherwise measure the whole set under a wrong label).
+fn kept<'a, T>(
+    set: &'a [T],
+    name: impl Fn(&'a T) -> &'a str,
+    without: &[String],
+) -> anyhow::Result<Vec<&'a T>> {
+    if let Some(unknown) = without
+        .iter()
+        .find(|w| !set.iter().any(|e| name(e) == w.as_str()))
+    {
+        let names: Vec<&str> = set.iter().map(&name).collect();
+        anyhow::bail!(
+            "--without-task {unknown}: not a task of this set ({})",
+            names.join(", ")
+        );
+    }
+    Ok(set
+        .iter()
+        .filter(|e| !without.iter().any(|w| w == name(e)))
+        .collect())
 }
 
 /// The honest class, renamed so a derived `ModelNew` can build on it.
@@ -1793,6 +1826,27 @@ mod tests {
 
     /// Without a GPU gate (no share seen): a first trial that waited 3 s for the GPU lock
     /// compiled for 0.9 s, not 3.9 s: the wait is taken off once, as a lock wait.
+    #[test]
+    fn a_task_left_out_is_named_as_the_set_names_it() {
+        let without = vec!["23_Softmax".to_string()];
+        let kept = kept(KERNELBENCH_SET, |(_, name)| name, &without).expect("a task of the set");
+        assert_eq!(kept.len(), KERNELBENCH_SET.len() - 1);
+        assert!(kept.iter().all(|(_, name)| *name != "23_Softmax"));
+        let typo = vec!["23_softmax".to_string()];
+        let err = kept_error(KERNELBENCH_SET, &typo);
+        assert!(
+            err.contains("--without-task 23_softmax: not a task of this set"),
+            "{err}"
+        );
+    }
+
+    fn kept_error(set: &[(&str, &str)], without: &[String]) -> String {
+        match kept(set, |(_, name)| name, without) {
+            Ok(kept) => panic!("kept {} tasks", kept.len()),
+            Err(err) => err.to_string(),
+        }
+    }
+
     #[test]
     fn lock_waits_inside_a_trial_are_not_counted_as_compiling() {
         let result = result_with_stages(
