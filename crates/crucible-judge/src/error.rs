@@ -92,6 +92,20 @@ impl InfraError {
     }
 }
 
+/// Whether sharing the device with other evaluations may have caused `result`'s failure, so
+/// that a run alone decides it: the candidate ran out of memory, or the judge's own side failed
+/// (an `infra_error`; measured on an H200: six evaluations of a task with 6 GiB tensors at
+/// once, and a referee ran out of memory).
+pub fn shared_device_fault(result: &crucible_result::EvalResult) -> bool {
+    use crucible_result::FailureClass;
+    result.failure.as_ref().is_some_and(|f| {
+        matches!(
+            f.class,
+            FailureClass::OutOfMemory | FailureClass::InfraError
+        )
+    })
+}
+
 /// Whether `result` ended in an `infra_error` saying the judge's side ran out of device memory
 /// ([`InfraError::is_out_of_memory`]), which is never the candidate's doing.
 pub fn judge_ran_out_of_memory(result: &crucible_result::EvalResult) -> bool {

@@ -24,7 +24,7 @@ pub mod zygote;
 pub use crucible_result::AutotuneBudget;
 pub use crucible_verify::Policy as VerifyPolicy;
 pub use device::{Device, DeviceError};
-pub use error::{InfraError, judge_ran_out_of_memory, memory_held_elsewhere};
+pub use error::{InfraError, judge_ran_out_of_memory, memory_held_elsewhere, shared_device_fault};
 pub use judge::{
     Abort, DeviceSharing, EvalConfig, Generalize, LargeTasks, Prestart, ReferenceKey,
     ReferenceTiming, ReferenceTimingCache, SourceFile, StageLimits, StageObserver, TIMED_NICE,

@@ -442,7 +442,7 @@ impl Engine {
                 self.run_alone_escalating(cfg, run, Alone::ClearDevice, task, control, failed)
                     .0
             }
-            DeviceSharing::Evaluations if shared_device_fault(&result) => {
+            DeviceSharing::Evaluations if crucible_judge::shared_device_fault(&result) => {
                 // The engine, not the candidate, put several evaluations on one device. A task
                 // whose own work is large there will not fit beside others next time either,
                 // and its first attempts fail the evaluations beside them too (an 80 GiB H100:
@@ -541,7 +541,7 @@ impl Engine {
     ) -> (EvalResult, Option<Alone>) {
         let (mut result, mut entered) = self.run_alone(cfg, run, alone);
         if alone == Alone::AmongEvaluations
-            && shared_device_fault(&result)
+            && crucible_judge::shared_device_fault(&result)
             && !control.is_cancelled()
             && (self.is_large(task) || judge_ran_out_of_memory(&result))
         {
@@ -697,18 +697,6 @@ fn cap_limits(limits: &mut StageLimits, deadline: Instant) {
     for limit in [&mut limits.load, &mut limits.trial, &mut limits.timing] {
         *limit = (*limit).min(left);
     }
-}
-
-/// A failure that sharing the device may have caused: the candidate ran out of memory, or the
-/// judge's own side failed (measured on an H200: six evaluations of a task with 6 GiB tensors
-/// at once, and a referee ran out of memory, an `infra_error`).
-fn shared_device_fault(result: &EvalResult) -> bool {
-    result.failure.as_ref().is_some_and(|f| {
-        matches!(
-            f.class,
-            FailureClass::OutOfMemory | FailureClass::InfraError
-        )
-    })
 }
 
 /// Whether the device ran out of memory: the candidate's (`out_of_memory`), or the judge's side

@@ -10,7 +10,7 @@ use crucible_judge::{
     Device, DeviceSharing, EvalConfig, Generalize, Prestart, RefereeZygote, Runtime, StageLimits,
     TimingConfig, ToleranceProfile, Transport, Workers,
 };
-use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
+use crucible_result::{EvalResult, Finding, Severity, Verdict};
 use crucible_worker::engine::{ReferenceCache, ReferencePolicy};
 
 #[derive(clap::Args)]
@@ -423,7 +423,7 @@ impl Batch<'_> {
         let first = evaluate(&first_cfg, prestarted);
         drop(shared);
         let retry = match sharing {
-            DeviceSharing::Evaluations => oversubscribed(&first),
+            DeviceSharing::Evaluations => crucible_judge::shared_device_fault(&first),
             DeviceSharing::WaitingProcesses => crucible_judge::judge_ran_out_of_memory(&first),
             DeviceSharing::Nobody => false,
         };
@@ -469,16 +469,6 @@ impl Batch<'_> {
             results[index] = Some(result);
         }
     }
-}
-
-/// A failure that running beside other evaluations on one device can cause: out of memory (the
-/// candidate's or, as `infra_error`, the referee's) or any other fault of the judge.
-fn oversubscribed(result: &EvalResult) -> bool {
-    result.verdict == Verdict::InfraError
-        || result
-            .failure
-            .as_ref()
-            .is_some_and(|f| f.class == FailureClass::OutOfMemory)
 }
 
 /// Says in the retried result why it was retried and what the first attempt got.
