@@ -285,130 +285,199 @@ fn decode(
     first_row: usize,
     out: &mut Vec<TrajectoryRecord>,
 ) -> std::result::Result<(), ColErr> {
-    let n = batch.num_rows();
-    let col = |name: &'static str| batch.column_by_name(name).map(|c| c.as_ref());
-    let at = |name: &'static str| move |p: String| (name, p);
-    let row_err = |name: &'static str, i: usize, what: &str| {
-        (name, format!("row {} (0-based): {what}", first_row + i))
-    };
+    let columns = Columns::read(&BatchColumns { batch, first_row })?;
+    columns.into_records(first_row, out)
+}
 
-    let strings = |name| -> std::result::Result<Vec<Option<String>>, ColErr> {
-        col(name).map_or(Ok(vec![None; n]), |c| string_values(c).map_err(at(name)))
-    };
-    let floats = |name| -> std::result::Result<Vec<Option<f64>>, ColErr> {
-        col(name).map_or(Ok(vec![None; n]), |c| float_values(c).map_err(at(name)))
-    };
-    let u32s = |name: &'static str| -> std::result::Result<Vec<u32>, ColErr> {
-        let c = col(name).ok_or((name, "is missing".to_string()))?;
-        let v = int_values(c).map_err(at(name))?;
-        v.into_iter()
+/// One record batch's columns, read as this schema's types (a missing optional column: nulls).
+struct Columns {
+    prompt_id: Vec<Option<String>>,
+    sample: Vec<u32>,
+    turn: Vec<u32>,
+    response: Vec<Option<String>>,
+    token_ids: Vec<Option<Vec<u32>>>,
+    rollout_logprobs: Vec<Option<Vec<f32>>>,
+    train_logprobs: Vec<Option<Vec<f32>>>,
+    judge_result: Vec<Option<String>>,
+    truncated: Vec<Option<bool>>,
+    error: Vec<Option<String>>,
+    reward: Vec<Option<f64>>,
+    ret: Vec<Option<f64>>,
+    advantage: Vec<Option<f64>>,
+    weight: Vec<Option<f64>>,
+    mask_reason: Vec<Option<String>>,
+}
+
+impl Columns {
+    fn read(batch: &BatchColumns<'_>) -> std::result::Result<Columns, ColErr> {
+        Ok(Columns {
+            prompt_id: batch.strings("prompt_id")?,
+            sample: batch.u32s("sample")?,
+            turn: batch.u32s("turn")?,
+            response: batch.strings("response")?,
+            token_ids: batch.u32_lists("token_ids")?,
+            rollout_logprobs: batch.float_lists("rollout_logprobs")?,
+            train_logprobs: batch.float_lists("train_logprobs")?,
+            judge_result: batch.strings("judge_result")?,
+            truncated: batch.bools("truncated")?,
+            error: batch.strings("error")?,
+            reward: batch.floats("reward")?,
+            ret: batch.floats("return")?,
+            advantage: batch.floats("advantage")?,
+            weight: batch.floats("weight")?,
+            mask_reason: batch.strings("mask_reason")?,
+        })
+    }
+
+    /// The records, row by row; a null `prompt_id` is the row's error.
+    fn into_records(
+        self,
+        first_row: usize,
+        out: &mut Vec<TrajectoryRecord>,
+    ) -> std::result::Result<(), ColErr> {
+        let rows = self.sample.len();
+        let mut prompt_id = self.prompt_id.into_iter();
+        let mut response = self.response.into_iter();
+        let mut token_ids = self.token_ids.into_iter();
+        let mut rollout = self.rollout_logprobs.into_iter();
+        let mut train = self.train_logprobs.into_iter();
+        let mut judge = self.judge_result.into_iter();
+        let mut error = self.error.into_iter();
+        let mut mask_reason = self.mask_reason.into_iter();
+        for i in 0..rows {
+            let next = |it: &mut std::vec::IntoIter<Option<String>>| it.next().flatten();
+            out.push(TrajectoryRecord {
+                prompt_id: next(&mut prompt_id)
+                    .ok_or_else(|| row_error("prompt_id", first_row + i, "is null"))?,
+                sample: self.sample[i],
+                turn: self.turn[i],
+                response: next(&mut response).unwrap_or_default(),
+                token_ids: token_ids.next().flatten().unwrap_or_default(),
+                rollout_logprobs: rollout.next().flatten().unwrap_or_default(),
+                train_logprobs: train.next().flatten(),
+                judge_result: next(&mut judge),
+                truncated: self.truncated[i].unwrap_or(false),
+                error: next(&mut error),
+                reward: self.reward[i],
+                ret: self.ret[i],
+                advantage: self.advantage[i],
+                weight: self.weight[i],
+                mask_reason: next(&mut mask_reason),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn row_error(column: &'static str, row: usize, what: &str) -> ColErr {
+    (column, format!("row {row} (0-based): {what}"))
+}
+
+/// A record batch's columns by name, each read as one of this schema's types.
+struct BatchColumns<'a> {
+    batch: &'a RecordBatch,
+    /// The batch's first row in the file, for the errors.
+    first_row: usize,
+}
+
+impl BatchColumns<'_> {
+    fn rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    fn column(&self, name: &str) -> Option<&dyn Array> {
+        self.batch.column_by_name(name).map(|c| c.as_ref())
+    }
+
+    fn row_error(&self, column: &'static str, i: usize, what: &str) -> ColErr {
+        row_error(column, self.first_row + i, what)
+    }
+
+    fn strings(&self, name: &'static str) -> std::result::Result<Vec<Option<String>>, ColErr> {
+        self.column(name).map_or(Ok(vec![None; self.rows()]), |c| {
+            string_values(c).map_err(|p| (name, p))
+        })
+    }
+
+    fn floats(&self, name: &'static str) -> std::result::Result<Vec<Option<f64>>, ColErr> {
+        self.column(name).map_or(Ok(vec![None; self.rows()]), |c| {
+            float_values(c).map_err(|p| (name, p))
+        })
+    }
+
+    fn bools(&self, name: &'static str) -> std::result::Result<Vec<Option<bool>>, ColErr> {
+        let Some(c) = self.column(name) else {
+            return Ok(vec![None; self.rows()]);
+        };
+        let values = c
+            .as_boolean_opt()
+            .ok_or((name, format!("expected booleans, found {}", c.data_type())))?;
+        Ok(values.iter().collect())
+    }
+
+    /// A required column of non-null values that fit a u32.
+    fn u32s(&self, name: &'static str) -> std::result::Result<Vec<u32>, ColErr> {
+        let c = self.column(name).ok_or((name, "is missing".to_string()))?;
+        let values = int_values(c).map_err(|p| (name, p))?;
+        values
+            .into_iter()
             .enumerate()
             .map(|(i, x)| match x {
-                Some(x) => {
-                    u32::try_from(x).map_err(|_| row_err(name, i, &format!("{x} is not a u32")))
-                }
-                None => Err(row_err(name, i, "is null")),
+                Some(x) => u32::try_from(x)
+                    .map_err(|_| self.row_error(name, i, &format!("{x} is not a u32"))),
+                None => Err(self.row_error(name, i, "is null")),
             })
             .collect()
-    };
-    let float_lists = |name: &'static str| -> std::result::Result<Vec<Option<Vec<f32>>>, ColErr> {
-        let Some(c) = col(name) else {
-            return Ok(vec![None; n]);
+    }
+
+    /// Lists of non-null u32 elements (a null list stays null).
+    fn u32_lists(&self, name: &'static str) -> std::result::Result<Vec<Option<Vec<u32>>>, ColErr> {
+        self.lists(
+            name,
+            int_values,
+            |x| x.and_then(|x| u32::try_from(x).ok()),
+            "has a null or non-u32 element",
+        )
+    }
+
+    /// Lists of non-null float elements, as f32 (a null list stays null).
+    fn float_lists(
+        &self,
+        name: &'static str,
+    ) -> std::result::Result<Vec<Option<Vec<f32>>>, ColErr> {
+        self.lists(
+            name,
+            float_values,
+            |x| x.map(|x| x as f32),
+            "has a null element",
+        )
+    }
+
+    fn lists<V: Clone, T>(
+        &self,
+        name: &'static str,
+        values: fn(&dyn Array) -> Values<V>,
+        element: impl Fn(Option<V>) -> Option<T>,
+        bad_element: &str,
+    ) -> std::result::Result<Vec<Option<Vec<T>>>, ColErr> {
+        let Some(c) = self.column(name) else {
+            return Ok((0..self.rows()).map(|_| None).collect());
         };
-        let lists = list_values(c, float_values).map_err(at(name))?;
+        let lists = list_values(c, values).map_err(|p| (name, p))?;
         lists
             .into_iter()
             .enumerate()
-            .map(|(i, l)| {
-                l.map(|items| {
+            .map(|(i, list)| {
+                list.map(|items| {
                     items
                         .into_iter()
-                        .map(|x| {
-                            x.map(|x| x as f32)
-                                .ok_or_else(|| row_err(name, i, "has a null element"))
-                        })
+                        .map(|x| element(x).ok_or_else(|| self.row_error(name, i, bad_element)))
                         .collect()
                 })
                 .transpose()
             })
             .collect()
-    };
-
-    let prompt_id = strings("prompt_id")?;
-    let sample = u32s("sample")?;
-    let turn = u32s("turn")?;
-    let response = strings("response")?;
-    let token_ids: Vec<Option<Vec<u32>>> = match col("token_ids") {
-        None => vec![None; n],
-        Some(c) => list_values(c, int_values)
-            .map_err(at("token_ids"))?
-            .into_iter()
-            .enumerate()
-            .map(|(i, l)| {
-                l.map(|items| {
-                    items
-                        .into_iter()
-                        .map(|x| {
-                            x.and_then(|x| u32::try_from(x).ok()).ok_or_else(|| {
-                                row_err("token_ids", i, "has a null or non-u32 element")
-                            })
-                        })
-                        .collect()
-                })
-                .transpose()
-            })
-            .collect::<std::result::Result<_, _>>()?,
-    };
-    let rollout = float_lists("rollout_logprobs")?;
-    let train = float_lists("train_logprobs")?;
-    let judge = strings("judge_result")?;
-    let truncated = match col("truncated") {
-        None => vec![None; n],
-        Some(c) => c
-            .as_boolean_opt()
-            .ok_or((
-                "truncated",
-                format!("expected booleans, found {}", c.data_type()),
-            ))?
-            .iter()
-            .collect(),
-    };
-    let error = strings("error")?;
-    let reward = floats("reward")?;
-    let ret = floats("return")?;
-    let advantage = floats("advantage")?;
-    let weight = floats("weight")?;
-    let mask_reason = strings("mask_reason")?;
-
-    let mut prompt_id = prompt_id.into_iter();
-    let mut response = response.into_iter();
-    let mut token_ids = token_ids.into_iter();
-    let mut rollout = rollout.into_iter();
-    let mut train = train.into_iter();
-    let mut judge = judge.into_iter();
-    let mut error = error.into_iter();
-    let mut mask_reason = mask_reason.into_iter();
-    for i in 0..n {
-        let next = |it: &mut std::vec::IntoIter<Option<String>>| it.next().flatten();
-        out.push(TrajectoryRecord {
-            prompt_id: next(&mut prompt_id).ok_or_else(|| row_err("prompt_id", i, "is null"))?,
-            sample: sample[i],
-            turn: turn[i],
-            response: next(&mut response).unwrap_or_default(),
-            token_ids: token_ids.next().flatten().unwrap_or_default(),
-            rollout_logprobs: rollout.next().flatten().unwrap_or_default(),
-            train_logprobs: train.next().flatten(),
-            judge_result: next(&mut judge),
-            truncated: truncated[i].unwrap_or(false),
-            error: next(&mut error),
-            reward: reward[i],
-            ret: ret[i],
-            advantage: advantage[i],
-            weight: weight[i],
-            mask_reason: next(&mut mask_reason),
-        });
     }
-    Ok(())
 }
 
 fn string_values(c: &dyn Array) -> std::result::Result<Vec<Option<String>>, String> {
@@ -558,6 +627,118 @@ mod tests {
         let p = dir.path().join("big.parquet");
         write(&p, &recs).unwrap();
         assert_eq!(read(&p).unwrap().records, recs);
+    }
+
+    /// Named columns of one record batch.
+    type NamedColumns = Vec<(&'static str, ArrayRef)>;
+
+    /// A Parquet file of these columns, as another writer (pandas, pyarrow) could produce it.
+    fn parquet_of(path: &Path, columns: NamedColumns) {
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let mut writer =
+            ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+    }
+
+    #[test]
+    fn a_bad_value_is_named_by_its_column_and_row() {
+        use arrow_array::{Int64Array, ListArray, StringArray, types::Int64Type};
+        let dir = tempfile::tempdir().unwrap();
+        let ids = || Arc::new(StringArray::from(vec![Some("p"), Some("p")])) as ArrayRef;
+        let counts = || Arc::new(Int64Array::from(vec![0, 1])) as ArrayRef;
+        let cases: Vec<(&str, NamedColumns, &str)> = vec![
+            (
+                "sample",
+                vec![
+                    ("prompt_id", ids()),
+                    ("sample", Arc::new(Int64Array::from(vec![0, -1]))),
+                    ("turn", counts()),
+                ],
+                "column `sample`: row 1 (0-based): -1 is not a u32",
+            ),
+            (
+                "turn",
+                vec![
+                    ("prompt_id", ids()),
+                    ("sample", counts()),
+                    ("turn", Arc::new(Int64Array::from(vec![Some(0), None]))),
+                ],
+                "column `turn`: row 1 (0-based): is null",
+            ),
+            (
+                "missing",
+                vec![("prompt_id", ids()), ("sample", counts())],
+                "column `turn`: is missing",
+            ),
+            (
+                "prompt_id",
+                vec![
+                    (
+                        "prompt_id",
+                        Arc::new(StringArray::from(vec![None, Some("p")])),
+                    ),
+                    ("sample", counts()),
+                    ("turn", counts()),
+                ],
+                "column `prompt_id`: row 0 (0-based): is null",
+            ),
+            (
+                "token_ids",
+                vec![
+                    ("prompt_id", ids()),
+                    ("sample", counts()),
+                    ("turn", counts()),
+                    (
+                        "token_ids",
+                        Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+                            Some(vec![Some(1)]),
+                            Some(vec![Some(2), None]),
+                        ])),
+                    ),
+                ],
+                "column `token_ids`: row 1 (0-based): has a null or non-u32 element",
+            ),
+            (
+                "truncated",
+                vec![
+                    ("prompt_id", ids()),
+                    ("sample", counts()),
+                    ("turn", counts()),
+                    ("truncated", ids()),
+                ],
+                "column `truncated`: expected booleans, found Utf8",
+            ),
+        ];
+        for (name, columns, want) in cases {
+            let p = dir.path().join(format!("{name}.parquet"));
+            parquet_of(&p, columns);
+            let e = read(&p).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{name}.parquet")) && e.contains(want),
+                "{name}: {e}"
+            );
+        }
+        // Null lists and absent optional columns are empty, not errors.
+        let p = dir.path().join("lenient.parquet");
+        let lists =
+            ListArray::from_iter_primitive::<Int64Type, _, _>(vec![None, Some(vec![Some(7)])]);
+        parquet_of(
+            &p,
+            vec![
+                ("prompt_id", ids()),
+                ("sample", counts()),
+                ("turn", counts()),
+                ("token_ids", Arc::new(lists)),
+            ],
+        );
+        let records = read(&p).unwrap().records;
+        assert_eq!(records[0].token_ids, Vec::<u32>::new());
+        assert_eq!(records[1].token_ids, vec![7]);
+        assert_eq!(
+            (records[1].sample, records[1].truncated, records[1].reward),
+            (1, false, None)
+        );
     }
 
     #[test]
