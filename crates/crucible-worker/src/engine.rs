@@ -242,23 +242,7 @@ impl Engine {
             reference_cache.map(|c| c as Arc<dyn crucible_judge::ReferenceTimingCache>);
         let concurrency = options.concurrency.max(1);
         let pool = if options.warm_pool {
-            let ahead = if device.is_gpu() { 2 } else { 1 };
-            let depth = tuning.pool_depth.unwrap_or(concurrency * ahead);
-            Some(
-                WarmPool::start(
-                    runtime.clone(),
-                    base.clone(),
-                    depth,
-                    !tuning.cold_profiler,
-                    tuning.pool_nice.unwrap_or(POOL_NICE),
-                    !tuning.fresh_referees,
-                    !tuning.cold_referees,
-                )
-                .map_err(|source| EngineError::Io {
-                    what: "starting the warm pool",
-                    source,
-                })?,
-            )
+            Some(start_pool(&runtime, &base, concurrency, &tuning)?)
         } else {
             None
         };
@@ -697,6 +681,32 @@ fn cap_limits(limits: &mut StageLimits, deadline: Instant) {
     for limit in [&mut limits.load, &mut limits.trial, &mut limits.timing] {
         *limit = (*limit).min(left);
     }
+}
+
+/// The warm pool for `concurrency` evaluations at once: `tuning`'s depth, else two waiting
+/// pairs per evaluation on a GPU (K = 2N, the default the design notes' measurements kept) and
+/// one on the CPU.
+fn start_pool(
+    runtime: &Runtime,
+    base: &EvalConfig,
+    concurrency: usize,
+    tuning: &Tuning,
+) -> Result<WarmPool, EngineError> {
+    let ahead = if base.device.is_gpu() { 2 } else { 1 };
+    let depth = tuning.pool_depth.unwrap_or(concurrency * ahead);
+    WarmPool::start(
+        runtime.clone(),
+        base.clone(),
+        depth,
+        !tuning.cold_profiler,
+        tuning.pool_nice.unwrap_or(POOL_NICE),
+        !tuning.fresh_referees,
+        !tuning.cold_referees,
+    )
+    .map_err(|source| EngineError::Io {
+        what: "starting the warm pool",
+        source,
+    })
 }
 
 /// Whether the device ran out of memory: the candidate's (`out_of_memory`), or the judge's side
