@@ -34,6 +34,9 @@ struct State {
     ready: VecDeque<Workers>,
     /// Pairs out of `ready` while their referee warms up (they count towards the depth).
     warming: usize,
+    /// Pairs being spawned (outside the lock), until they are in `ready` or, spawned while
+    /// the pool made way, killed.
+    spawning: usize,
     /// An evaluation has the device to itself ([`WarmPool::make_way`]): nothing is started or
     /// warmed up, and a pair whose warm-up ends meanwhile is dropped.
     making_way: bool,
@@ -137,6 +140,7 @@ impl WarmPool {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
                 warming: 0,
+                spawning: 0,
                 making_way: false,
                 stopping: false,
             }),
@@ -214,8 +218,8 @@ impl WarmPool {
 
     /// Makes way for an evaluation that must have the device to itself (a large task's retry
     /// alone, or a task that ran out of memory beside the pool's pairs): kills every waiting
-    /// pair but the one [`WarmPool::take`] gives next, and starts and warms up none until the
-    /// guard is dropped.
+    /// pair but the one [`WarmPool::take`] gives next, waits for any pair still being spawned
+    /// or warmed up to be killed too, and starts and warms up none until the guard is dropped.
     /// Each waiting pair holds two CUDA contexts and what its referee's warm-up left cached
     /// (0.5-0.7 GiB a process on an H100, 16 processes at N 4, K 8): beside them, a correct
     /// 23_Softmax (6 GiB tensors) ran out of memory again when retried alone on an 80 GiB
@@ -235,6 +239,23 @@ impl WarmPool {
         // Killed and waited for here, outside the lock (each pair kills its processes when
         // dropped); the driver gives their memory back a moment later (`super::leftovers`).
         drop(dropped);
+        // A pair that was being spawned or warmed up is killed as soon as that ends (`refill`,
+        // `warm_up_referees`): the evaluation starts once none is left (under load a spawn
+        // still in flight left one beside a retry alone).
+        if let Ok(state) = self.shared.state.lock() {
+            let waited = self
+                .shared
+                .wake
+                .wait_timeout_while(state, WARM_UP_LIMIT, |s| s.spawning + s.warming > 0);
+            if let Ok((state, timeout)) = waited
+                && timeout.timed_out()
+            {
+                tracing::warn!(
+                    "making way: {} pairs still starting or warming up after {WARM_UP_LIMIT:?}",
+                    state.spawning + state.warming
+                );
+            }
+        }
         MadeWay {
             shared: &self.shared,
             dropped: count,
@@ -318,7 +339,8 @@ fn refill(shared: &Shared) {
                 return;
             };
             while !state.stopping
-                && (state.making_way || state.ready.len() + state.warming >= shared.depth)
+                && (state.making_way
+                    || state.ready.len() + state.warming + state.spawning >= shared.depth)
             {
                 state = match shared.wake.wait(state) {
                     Ok(state) => state,
@@ -328,6 +350,7 @@ fn refill(shared: &Shared) {
             if state.stopping {
                 return;
             }
+            state.spawning += 1;
         }
         // Spawned outside the lock: taking a pair never waits for a spawn.
         let seed = shared.triton_seed();
@@ -336,33 +359,40 @@ fn refill(shared: &Shared) {
             referees: referees.as_ref(),
             triton_seed: seed.as_deref(),
         };
-        match Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart) {
+        let spawned = Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart);
+        let Ok(mut state) = shared.state.lock() else {
+            return;
+        };
+        match spawned {
+            Ok(workers) if state.stopping || state.making_way => {
+                // Spawned while the pool made way: it must not hold the device beside the
+                // evaluation either. Killed outside the lock, and counted as spawning until
+                // then, so `make_way` waits for it to be gone.
+                drop(state);
+                drop(workers);
+                let Ok(mut state) = shared.state.lock() else {
+                    return;
+                };
+                state.spawning -= 1;
+                shared.wake.notify_all();
+                if state.stopping {
+                    return;
+                }
+            }
             Ok(workers) => {
                 if shared.nice != 0
                     && let Err(error) = workers.set_priority(shared.nice)
                 {
                     tracing::debug!("cannot lower a prestarted pair's priority: {error}");
                 }
-                let Ok(mut state) = shared.state.lock() else {
-                    return;
-                };
-                if state.stopping {
-                    return;
-                }
-                if state.making_way {
-                    // Spawned while the pool made way: it must not hold the device beside the
-                    // retry either (killed outside the lock).
-                    drop(state);
-                    drop(workers);
-                    continue;
-                }
+                state.spawning -= 1;
                 state.ready.push_back(workers);
+                shared.wake.notify_all();
             }
             Err(error) => {
+                state.spawning -= 1;
+                shared.wake.notify_all();
                 tracing::error!("cannot prestart harness processes: {error}");
-                let Ok(state) = shared.state.lock() else {
-                    return;
-                };
                 let _ = shared.wake.wait_timeout(state, RETRY_AFTER);
             }
         }
@@ -430,20 +460,21 @@ fn warm_up_referees(shared: &Shared, gate: &dyn TimedPhaseGate) {
         let Ok(mut state) = shared.state.lock() else {
             return;
         };
-        state.warming -= 1;
-        // A pair that warmed up while an evaluation has the device to itself goes too (after
-        // the lock is let go: dropping it kills and waits for its processes).
-        let (mut dropped, failed) = match warmed {
+        // A pair that warmed up while an evaluation has the device to itself goes too: killed
+        // after the lock is let go (dropping it kills and waits for its processes), and counted
+        // as warming until then, so `make_way` waits for it to be gone.
+        let failed = match warmed {
             Ok(()) if !state.stopping && !state.making_way => {
+                state.warming -= 1;
                 state.ready.push_front(workers);
-                (None, None)
+                shared.wake.notify_all();
+                continue;
             }
-            Ok(()) => (Some(workers), None),
-            Err(error) => (Some(workers), Some(error)),
+            Ok(()) => None,
+            Err(error) => Some(error),
         };
-        shared.wake.notify_all();
         drop(state);
-        if let (Some(error), Some(workers)) = (failed, dropped.as_mut()) {
+        if let Some(error) = failed {
             // What the processes printed (read outside the lock: it waits for their last
             // bytes): two of three benchmark calls on the GPU lost one referee here, at the first
             // run's start, with nothing but "ended with an unknown status" to go on.
@@ -452,6 +483,11 @@ fn warm_up_referees(shared: &Shared, gate: &dyn TimedPhaseGate) {
                 workers.death_note()
             );
         }
-        drop(dropped);
+        drop(workers);
+        let Ok(mut state) = shared.state.lock() else {
+            return;
+        };
+        state.warming -= 1;
+        shared.wake.notify_all();
     }
 }
