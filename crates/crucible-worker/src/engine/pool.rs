@@ -339,8 +339,7 @@ fn refill(shared: &Shared) {
                 return;
             };
             while !state.stopping
-                && (state.making_way
-                    || state.ready.len() + state.warming + state.spawning >= shared.depth)
+                && (state.making_way || state.ready.len() + state.warming >= shared.depth)
             {
                 state = match shared.wake.wait(state) {
                     Ok(state) => state,
@@ -360,6 +359,12 @@ fn refill(shared: &Shared) {
             triton_seed: seed.as_deref(),
         };
         let spawned = Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart);
+        if let Ok(workers) = &spawned
+            && shared.nice != 0
+            && let Err(error) = workers.set_priority(shared.nice)
+        {
+            tracing::debug!("cannot lower a prestarted pair's priority: {error}");
+        }
         let Ok(mut state) = shared.state.lock() else {
             return;
         };
@@ -380,14 +385,8 @@ fn refill(shared: &Shared) {
                 }
             }
             Ok(workers) => {
-                if shared.nice != 0
-                    && let Err(error) = workers.set_priority(shared.nice)
-                {
-                    tracing::debug!("cannot lower a prestarted pair's priority: {error}");
-                }
                 state.spawning -= 1;
                 state.ready.push_back(workers);
-                shared.wake.notify_all();
             }
             Err(error) => {
                 state.spawning -= 1;
