@@ -1,4 +1,5 @@
-"""The referee zygote: a process that has imported what a referee imports, and forks referees.
+"""The zygote: a process that has imported what a harness process imports, and forks referees and
+candidate processes.
 
 Every evaluation gets a referee of its own (it holds one evaluation's expected outputs and dies
 with it), and an interpreter that imports torch, triton and numpy costs about 4 CPU-seconds on
@@ -12,6 +13,12 @@ socket pair). The judge drives it over its channel with one JSON object per line
 - `{"op": "fork", "cwd", "env"}`, sent with three file descriptors (SCM_RIGHTS): the child's
   channel, stdout and stderr. The child becomes a referee exactly as if the judge had started
   `python -m crucible_harness.referee` there with that environment. Reply `{"ok": true, "pid"}`.
+- The same with `"sandbox"`: the child becomes a candidate process instead. Once it holds only
+  its own descriptors and environment, and before anything of the candidate's is loaded, it
+  confines itself by the plan the judge made (`null`: the judge runs without a sandbox) through
+  the sandbox crate's cdylib (`$CRUCIBLE_SANDBOX_LIB`), the same code that confines a spawned
+  candidate between fork and exec: its namespaces, minimal root, Landlock, seccomp, capabilities
+  and limits. What it inherits from this process is the imports.
 - `{"op": "release", "pid"}`: the judge is done with that child (no reply). A child that ended
   stays a zombie until it is released, so its pid, and with it its process group id, cannot be
   reused while the judge may still signal the group.
@@ -37,7 +44,7 @@ import numpy  # noqa: F401
 import torch  # noqa: F401
 import triton  # noqa: F401
 
-from crucible_harness import common, referee
+from crucible_harness import candidate, common, referee
 
 # Once here rather than in every referee that compiles the fused statistics (`fused_stats.py`).
 common.settle_triton_key()
@@ -51,6 +58,39 @@ FDS_PER_FORK = 3
 PR_SET_PDEATHSIG = 1
 # How often released children that have not ended yet are looked at again.
 REAP_EVERY_S = 0.5
+# The exit status of a forked candidate process that could not confine itself (the spawned
+# supervisor's for its own bookkeeping failures is 125 too).
+SANDBOX_FAILED = 125
+
+
+def sandbox_library():
+    """The sandbox crate's cdylib, loaded once here (a child would pay the load each time); None
+    without one, and then no candidate process is forked."""
+    path = os.environ.get("CRUCIBLE_SANDBOX_LIB")
+    if not path:
+        return None
+    # PyDLL: the call keeps the GIL, so the process stays what Python believes it is through the
+    # forks inside it (this child is single-threaded; the candidate returns with the GIL held).
+    library = ctypes.PyDLL(path)
+    enter = library.crucible_sandbox_enter
+    enter.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    enter.restype = ctypes.c_int
+    return enter
+
+
+def confine(enter, plan):
+    """Confines this process by `plan` (None: no sandbox). With a PID namespace only the candidate
+    returns, two forks down; the supervisor and init left behind end with its status."""
+    if plan is None:
+        return
+    if enter is None:
+        print("no sandbox library to confine the candidate process with", file=sys.stderr)
+        os._exit(SANDBOX_FAILED)
+    text = json.dumps(plan).encode()
+    error = ctypes.create_string_buffer(4096)
+    if enter(text, len(text), error, len(error)) != 0:
+        print(f"the candidate process could not be confined: {error.value.decode(errors='replace')}", file=sys.stderr)
+        os._exit(SANDBOX_FAILED)
 
 
 class Requests:
@@ -90,9 +130,10 @@ class Requests:
         return fds
 
 
-def become_referee(zygote_pid, sock, fds, cwd, env):
-    """In the forked child: the process `python -m crucible_harness.referee` would have been.
-    Never returns."""
+def become(zygote_pid, sock, fds, started, cwd, env, confined, main):
+    """In the forked child: the process `python -m crucible_harness.referee` (or `.candidate`)
+    would have been, `confined` called once it holds only its own descriptors and environment.
+    Says on `started` (a pipe's end) when it leads a session of its own. Never returns."""
     status = 1
     try:
         # The zygote's channel object must not close its descriptor once that number may be the
@@ -102,6 +143,8 @@ def become_referee(zygote_pid, sock, fds, cwd, env):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != zygote_pid:
             os._exit(1)  # the zygote died before the signal was armed
+        os.write(started, b"!")
+        os.close(started)
         channel, out, err = fds
         for fd, target in ((out, 1), (err, 2), (channel, common.CHANNEL_FD)):
             os.dup2(fd, target)
@@ -112,7 +155,8 @@ def become_referee(zygote_pid, sock, fds, cwd, env):
         os.environ.clear()
         os.environ.update(env)
         tempfile.tempdir = None  # read TMPDIR again
-        status = referee.main() or 0
+        confined()
+        status = main() or 0
     except SystemExit as done:
         status = done.code if isinstance(done.code, int) else 0
     except BaseException as exc:  # anything let through would run the zygote's loop in the child
@@ -137,6 +181,7 @@ def reap(released):
 
 def main():
     zygote_pid = os.getpid()
+    enter = sandbox_library()
     sock = socket.socket(fileno=common.channel_fd())
     sock.sendall(json.dumps({"ok": True, "ready": True}).encode() + b"\n")
     requests = Requests(sock)
@@ -159,9 +204,19 @@ def main():
         # their pages alone instead of writing each header (copy-on-write), as CPython's `gc`
         # documentation advises for fork without exec; the child freezes its own at its hello.
         gc.freeze()
+        # The reply waits for the child's `setsid`, as a spawn returns only after it: the judge
+        # may signal or renice the child's process group (its pid) as soon as it has the pid.
+        session_read, session_started = os.pipe()
         pid = os.fork()
         if pid == 0:
-            become_referee(zygote_pid, sock, fds, msg["cwd"], msg["env"])
+            os.close(session_read)
+            child = (zygote_pid, sock, fds, session_started, msg["cwd"], msg["env"])
+            if "sandbox" in msg:
+                become(*child, lambda: confine(enter, msg["sandbox"]), candidate.main)
+            become(*child, lambda: None, referee.main)
+        os.close(session_started)
+        os.read(session_read, 1)  # b"" if the child died first: the judge finds it ended
+        os.close(session_read)
         for fd in fds:
             os.close(fd)
         sock.sendall(json.dumps({"ok": True, "pid": pid}).encode() + b"\n")

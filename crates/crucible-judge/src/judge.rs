@@ -22,7 +22,7 @@ use crate::protocol::{Hello, HelloFailure, Reply, Tolerances, parse_reply};
 use crate::runtime::{Runtime, harness_env, hex, referee_env, triton_cache_dir};
 use crate::sandbox::Sandbox;
 use crate::triton_seed::{LauncherSignatures, TritonSeed};
-use crate::zygote::RefereeZygote;
+use crate::zygote::HarnessZygote;
 
 mod calls;
 mod generalize;
@@ -711,7 +711,10 @@ pub struct Prestart<'a> {
     /// Referees are forked from this zygote (for the evaluation's device) instead of started
     /// fresh: the same referee without its interpreter's imports. A zygote that cannot fork is
     /// logged and the referee started fresh.
-    pub referees: Option<&'a RefereeZygote>,
+    pub zygote: Option<&'a HarnessZygote>,
+    /// Candidate processes are forked from `zygote` too, each confined as a spawned one is
+    /// ([`HarnessZygote`] says how); one that cannot be forked is logged and spawned fresh.
+    pub fork_candidates: bool,
     /// Each candidate process's Triton cache starts with a copy of these CUDA utilities, so it
     /// does not compile them again, and it is given Triton's key (see [`TritonSeed`]).
     pub triton_seed: Option<&'a TritonSeed>,
@@ -796,7 +799,7 @@ impl Workers {
                 sandbox,
             })
         };
-        let forked = prestart.referees.and_then(|zygote| {
+        let forked = prestart.zygote.and_then(|zygote| {
             zygote
                 .fork(scratch.referee.path(), &referee_env)
                 .inspect_err(|error| {
@@ -814,13 +817,31 @@ impl Workers {
             )
             .map_err(io("starting the referee"))?,
         };
-        let candidate = spawn(
-            "crucible_harness.candidate",
-            scratch.candidate.path(),
-            candidate_env,
-            candidate_sandbox,
-        )
-        .map_err(io("starting the candidate process"))?;
+        let forked = match prestart.zygote {
+            Some(zygote) if prestart.fork_candidates => zygote
+                .fork_candidate(
+                    scratch.candidate.path(),
+                    &candidate_env,
+                    candidate_sandbox.as_ref(),
+                )
+                .inspect_err(|error| {
+                    tracing::warn!(
+                        "starting a fresh candidate process: the zygote could not fork: {error}"
+                    )
+                })
+                .ok(),
+            _ => None,
+        };
+        let candidate = match forked {
+            Some(candidate) => candidate,
+            None => spawn(
+                "crucible_harness.candidate",
+                scratch.candidate.path(),
+                candidate_env,
+                candidate_sandbox,
+            )
+            .map_err(io("starting the candidate process"))?,
+        };
         Ok(Workers {
             referee,
             candidate,

@@ -16,7 +16,7 @@ pub mod precision;
 pub mod process;
 pub mod protocol;
 pub mod runtime;
-pub mod sandbox;
+pub use crucible_sandbox as sandbox;
 mod timing;
 pub mod triton_seed;
 pub mod zygote;
@@ -34,4 +34,4 @@ pub use judge::{
 pub use runtime::{DeviceFacts, REFEREE_MEMORY_TRACE_ENV, Runtime, device_facts};
 pub use sandbox::Sandbox;
 pub use triton_seed::{LauncherSignatures, TritonSeed};
-pub use zygote::RefereeZygote;
+pub use zygote::HarnessZygote;

@@ -1,12 +1,18 @@
-//! The referee zygote: one long-lived Python process per device that has imported torch, triton
-//! and numpy (never CUDA) and forks a referee for each evaluation.
+//! The zygote: one long-lived Python process per device that has imported torch, triton and
+//! numpy (never CUDA) and forks a referee, or a candidate process, for each evaluation.
 //!
 //! A referee started fresh pays an interpreter's import of torch, triton and numpy, about
 //! 4 CPU-seconds on the H200 host and the largest part of a warm worker's CPU after the
 //! candidate's; forked from the zygote it reaches its first kernel in 0.4
 //! (`scripts/probe/fork_start.py`). A referee still serves exactly one evaluation: the fork only
-//! skips the imports, and each child creates its own CUDA context. Candidates are never forked
-//! from it: they are confined by a sandbox built between fork and exec of a fresh process.
+//! skips the imports, and each child creates its own CUDA context.
+//!
+//! A candidate process forked from it saves the same imports and is confined exactly as a
+//! spawned one: the judge plans its sandbox ([`crucible_sandbox::Plan`], with its own pids
+//! cgroup) and the child, once it holds only its own descriptors, enters it through the sandbox
+//! crate's cdylib (`libcrucible_sandbox.so`, [`sandbox_library`]) before any candidate code is
+//! loaded. The zygote is trusted (it runs no candidate code) and holds nothing of any
+//! evaluation: what a candidate inherits is the imports.
 //!
 //! The zygote leaves a child that ended a zombie until the judge releases it, so the child's pid,
 //! and with it its process group id, cannot be reused while the judge may still signal the
@@ -24,6 +30,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crucible_sandbox::{Plan, Sandbox};
+
 use crate::device::Device;
 use crate::error::InfraError;
 use crate::process::{ExitDescription, HarnessProcess, Spawn};
@@ -37,16 +45,38 @@ const FORK_WITHIN: Duration = Duration::from_secs(30);
 /// How long a killed child may take to end before it is released anyway.
 const DEATH_WITHIN: Duration = Duration::from_secs(5);
 
+/// The environment variable naming the sandbox crate's cdylib, for the zygote to load; when the
+/// judge's own environment does not set it, the library is looked for beside the judge's
+/// executable (and one directory up, where a test binary lives in `deps/`).
+pub const SANDBOX_LIBRARY_ENV: &str = "CRUCIBLE_SANDBOX_LIB";
+const SANDBOX_LIBRARY_NAME: &str = "libcrucible_sandbox.so";
+
+/// The sandbox crate's cdylib the zygote confines candidates with, if there is one.
+pub fn sandbox_library() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os(SANDBOX_LIBRARY_ENV) {
+        return Some(path.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(SANDBOX_LIBRARY_NAME))
+        .find(|path| path.is_file())
+}
+
 /// Forks referees for one device. Cheap to clone; the zygote process ends with the last clone
 /// (its channel closes) and takes its children with it.
 #[derive(Clone)]
-pub struct RefereeZygote {
+pub struct HarnessZygote {
     link: Arc<ZygoteLink>,
 }
 
 pub(crate) struct ZygoteLink {
     process: Mutex<Option<Zygote>>,
     python: std::path::PathBuf,
+    /// The cdylib the zygote confines candidates with (in its environment too); without it,
+    /// it forks referees only.
+    sandbox_library: Option<std::path::PathBuf>,
     env: Vec<(String, String)>,
     // Dropped last: the zygote's HOME and TMPDIR.
     dir: tempfile::TempDir,
@@ -63,20 +93,25 @@ struct Forked {
     pid: u32,
 }
 
-impl RefereeZygote {
+impl HarnessZygote {
     /// Starts the zygote for `device` without waiting for its imports (the first fork does).
     /// The zygote gets `SIGKILL` when the thread that started it ends (its parent-death
     /// signal), and its referees with it: start it on a thread that outlives its use. A zygote
     /// that died is started again by the next fork, on the forking thread.
-    pub fn start(runtime: &Runtime, device: Device) -> Result<RefereeZygote, InfraError> {
+    pub fn start(runtime: &Runtime, device: Device) -> Result<HarnessZygote, InfraError> {
         let dir = tempfile::Builder::new()
             .prefix("crucible-zygote-")
             .tempdir()
             .map_err(InfraError::io("creating the referee zygote's directory"))?;
-        let env = harness_env(runtime, device, dir.path())?;
+        let mut env = harness_env(runtime, device, dir.path())?;
+        let sandbox_library = sandbox_library();
+        if let Some(library) = &sandbox_library {
+            env.push((SANDBOX_LIBRARY_ENV.into(), library.display().to_string()));
+        }
         let link = Arc::new(ZygoteLink {
             process: Mutex::new(None),
             python: runtime.python.clone(),
+            sandbox_library,
             env,
             dir,
         });
@@ -86,7 +121,7 @@ impl RefereeZygote {
         if let Ok(mut process) = link.process.lock() {
             *process = Some(zygote);
         }
-        Ok(RefereeZygote { link })
+        Ok(HarnessZygote { link })
     }
 
     /// A referee forked from the zygote, working in `cwd` with exactly `env` (what a fresh
@@ -96,7 +131,29 @@ impl RefereeZygote {
         cwd: &Path,
         env: &[(String, String)],
     ) -> std::io::Result<HarnessProcess> {
-        HarnessProcess::forked(&self.link, cwd, env)
+        HarnessProcess::forked(&self.link, cwd, env, None)
+    }
+
+    /// A candidate process forked from the zygote, working in `cwd` with exactly `env`, and
+    /// confined by `sandbox` as a spawned one would be (its plan made here, the child entering
+    /// it before it loads anything of the candidate's). An error when the zygote has no sandbox
+    /// library to confine it with.
+    pub(crate) fn fork_candidate(
+        &self,
+        cwd: &Path,
+        env: &[(String, String)],
+        sandbox: Option<&Sandbox>,
+    ) -> std::io::Result<HarnessProcess> {
+        if self.link.sandbox_library.is_none() {
+            return Err(std::io::Error::other(format!(
+                "no {SANDBOX_LIBRARY_NAME} beside the judge's executable (or in \
+                 ${SANDBOX_LIBRARY_ENV}) to confine a forked candidate with"
+            )));
+        }
+        let planned = sandbox
+            .map(|sandbox| sandbox.plan(&self.link.python))
+            .transpose()?;
+        HarnessProcess::forked(&self.link, cwd, env, Some(planned))
     }
 
     /// The zygote's pid, while it runs.
@@ -122,13 +179,14 @@ impl ZygoteLink {
         })
     }
 
-    /// Asks the zygote for a child that gets `fds` (channel, stdout, stderr); its pid and the
-    /// zygote's.
+    /// Asks the zygote for a child that gets `fds` (channel, stdout, stderr), a candidate
+    /// process confined by `sandbox` if given, else a referee; its pid and the zygote's.
     pub(crate) fn fork(
         &self,
         cwd: &Path,
         env: &[(String, String)],
         fds: [RawFd; 3],
+        sandbox: Option<ForkSandbox>,
     ) -> std::io::Result<(u32, u32)> {
         let mut process = self
             .process
@@ -146,7 +204,7 @@ impl ZygoteLink {
         let Some(zygote) = process.as_mut() else {
             return Err(std::io::Error::other("no referee zygote"));
         };
-        let asked = zygote.fork(cwd, env, fds);
+        let asked = zygote.fork(cwd, env, fds, sandbox);
         if asked.is_err() {
             // Whatever state it is in, the next fork starts a new one.
             *process = None;
@@ -172,6 +230,7 @@ impl Zygote {
         cwd: &Path,
         env: &[(String, String)],
         fds: [RawFd; 3],
+        sandbox: Option<ForkSandbox>,
     ) -> std::io::Result<(u32, u32)> {
         let failed = |what: String| std::io::Error::other(format!("referee zygote: {what}"));
         if !self.said_hello {
@@ -189,7 +248,12 @@ impl Zygote {
             .iter()
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
             .collect();
-        let request = json!({"op": "fork", "cwd": cwd, "env": env});
+        let mut request = json!({"op": "fork", "cwd": cwd, "env": env});
+        match sandbox {
+            Some(ForkSandbox::Confined(plan)) => request["sandbox"] = json!(plan),
+            Some(ForkSandbox::Unconfined) => request["sandbox"] = Value::Null,
+            None => {}
+        }
         self.process
             .send_with_fds(&request, &fds)
             .map_err(|e| failed(format!("cannot send the fork request: {e}")))?;
@@ -208,6 +272,14 @@ impl Zygote {
     fn log(&self) -> String {
         self.process.log_tail(2000).trim().to_string()
     }
+}
+
+/// How a forked candidate process is confined (a referee has no entry at all).
+pub(crate) enum ForkSandbox<'a> {
+    /// By this plan, entered through the sandbox library.
+    Confined(&'a Plan),
+    /// Not at all: the judge's configuration has no sandbox (`EvalConfig::sandbox` is `None`).
+    Unconfined,
 }
 
 /// A referee the zygote forked: not this process's child, so it is waited for through /proc and

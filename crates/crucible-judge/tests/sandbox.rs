@@ -6,6 +6,11 @@
 //! created, processes that are gone.
 //!
 //! The fixtures take no arguments: the test fills `@NAME@` placeholders in their source.
+//!
+//! With `CRUCIBLE_TEST_CANDIDATES=forked` every candidate is forked from the zygote and confines
+//! itself there, as the warm pool's are by default, instead of being spawned and confined
+//! between fork and exec: the same attacks, against the other way in (`scripts/test` and
+//! `scripts/gpu-check sandbox` run both).
 
 use std::io::ErrorKind;
 use std::net::{TcpListener, UdpSocket};
@@ -13,10 +18,14 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crucible_judge::sandbox::Layers;
-use crucible_judge::{Device, EvalConfig, Runtime, Sandbox, StageLimits, Transport, evaluate};
+use crucible_judge::{
+    Device, EvalConfig, HarnessZygote, Prestart, Runtime, Sandbox, StageLimits, Transport, Workers,
+    evaluate_with,
+};
 use crucible_result::{EvalResult, Verdict};
 
 fn fixture(name: &str) -> PathBuf {
@@ -71,7 +80,60 @@ fn judge(name: &str, values: &[(&str, String)], cfg: &EvalConfig) -> EvalResult 
         assert!(src.contains(&placeholder), "{name} has no {placeholder}");
         src = src.replace(&placeholder, value);
     }
-    evaluate(&runtime(), &task, &task_src, &path, src.as_bytes(), cfg)
+    let runtime = runtime();
+    let workers = forking_zygote().map(|zygote| {
+        let prestart = Prestart {
+            zygote: Some(zygote),
+            fork_candidates: true,
+            ..Prestart::default()
+        };
+        let workers = Workers::spawn_with(&runtime, cfg, &prestart).expect("a forked pair");
+        assert_eq!(
+            parent_of(workers.candidate_pid()),
+            zygote.pid(),
+            "the candidate was forked from the zygote"
+        );
+        workers
+    });
+    evaluate_with(
+        &runtime,
+        &task,
+        &task_src,
+        &path,
+        src.as_bytes(),
+        cfg,
+        workers,
+    )
+}
+
+/// The zygote candidates are forked from, with `CRUCIBLE_TEST_CANDIDATES=forked`. Started on a
+/// thread that lives as long as the test binary: a zygote dies with the thread that started it.
+fn forking_zygote() -> Option<&'static HarnessZygote> {
+    static ZYGOTE: OnceLock<Option<HarnessZygote>> = OnceLock::new();
+    ZYGOTE
+        .get_or_init(|| {
+            match std::env::var("CRUCIBLE_TEST_CANDIDATES").as_deref() {
+                Ok("forked") => {}
+                Ok("spawned") | Err(_) => return None,
+                Ok(other) => panic!("CRUCIBLE_TEST_CANDIDATES={other}: forked or spawned"),
+            }
+            let (started, zygote) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let zygote = HarnessZygote::start(&runtime(), test_device());
+                let _ = started.send(zygote.expect("the zygote starts"));
+                loop {
+                    std::thread::park();
+                }
+            });
+            Some(zygote.recv().expect("the zygote's thread"))
+        })
+        .as_ref()
+}
+
+/// The parent pid in /proc/PID/stat, if the process exists.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
 
 /// The sandbox refused the attack and the candidate went on to an honest, correct answer.

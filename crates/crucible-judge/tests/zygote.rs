@@ -1,13 +1,15 @@
-//! Referees forked from the zygote, with real processes on the CPU: they judge exactly like
-//! fresh ones, they are the zygote's children (so the fork, not a fresh interpreter, started
-//! them), nothing of them is left once the evaluation is over, and a zygote that died is
-//! replaced at the next fork.
+//! Referees and candidate processes forked from the zygote, with real processes on the CPU: they
+//! judge exactly like fresh ones, they are the zygote's children (so the fork, not a fresh
+//! interpreter, started them), a forked candidate is confined by every layer a spawned one has
+//! (the attacks of `tests/sandbox.rs` run against forked candidates too, with
+//! `CRUCIBLE_TEST_CANDIDATES=forked`), nothing of them is left once the evaluation is over, and a
+//! zygote that died is replaced at the next fork.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crucible_judge::{
-    Device, EvalConfig, Prestart, RefereeZygote, Runtime, Workers, evaluate_with,
+    Device, EvalConfig, HarnessZygote, Prestart, Runtime, Sandbox, Workers, evaluate_with,
 };
 use crucible_result::Verdict;
 
@@ -19,7 +21,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// The runtime, a CPU configuration without the verifier, and a zygote; `None` (skipped) without
 /// a judge Python runtime.
-fn setup() -> Option<(Runtime, EvalConfig, RefereeZygote)> {
+fn setup() -> Option<(Runtime, EvalConfig, HarnessZygote)> {
     let runtime = match Runtime::discover() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -29,7 +31,7 @@ fn setup() -> Option<(Runtime, EvalConfig, RefereeZygote)> {
     };
     let mut cfg = EvalConfig::new(Device::Cpu);
     cfg.verify_policy = None;
-    let zygote = RefereeZygote::start(&runtime, Device::Cpu).expect("start the zygote");
+    let zygote = HarnessZygote::start(&runtime, Device::Cpu).expect("start the zygote");
     Some((runtime, cfg, zygote))
 }
 
@@ -47,9 +49,9 @@ fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn forking(zygote: &RefereeZygote) -> Prestart<'_> {
+fn forking(zygote: &HarnessZygote) -> Prestart<'_> {
     Prestart {
-        referees: Some(zygote),
+        zygote: Some(zygote),
         ..Prestart::default()
     }
 }
@@ -100,6 +102,79 @@ fn a_forked_referee_judges_like_a_fresh_one_and_leaves_nothing_behind() {
             "the forked referee is reaped",
             Duration::from_secs(5),
             || parent_of(referee).is_none(),
+        );
+    }
+}
+
+/// The command line of a process, NULs as spaces.
+fn cmdline_of(pid: u32) -> String {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).replace('\0', " ")
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| parent_of(child) == Some(pid))
+        .collect()
+}
+
+#[test]
+fn a_forked_candidate_is_confined_and_judges_like_a_spawned_one() {
+    let Some((runtime, mut cfg, zygote)) = setup() else {
+        return;
+    };
+    cfg.sandbox = Some(Sandbox::default());
+    let prestart = Prestart {
+        zygote: Some(&zygote),
+        fork_candidates: true,
+        ..Prestart::default()
+    };
+    for (candidate, expected) in [
+        ("honest_relu.py", Verdict::Correct),
+        ("wrong_relu.py", Verdict::Incorrect),
+    ] {
+        let workers = Workers::spawn_with(&runtime, &cfg, &prestart).expect("forked pair");
+        let zygote_pid = zygote.pid().expect("the zygote runs");
+        let supervisor = workers.candidate_pid();
+        assert_eq!(
+            parent_of(supervisor),
+            Some(zygote_pid),
+            "forked by the zygote"
+        );
+        assert!(
+            cmdline_of(supervisor).contains("crucible_harness.zygote"),
+            "no fresh interpreter: {}",
+            cmdline_of(supervisor)
+        );
+        // The supervisor's child is the init of the candidate's PID namespace: its pid there is 1.
+        let init = (0..250)
+            .find_map(|_| {
+                let found = children_of(supervisor).first().copied();
+                if found.is_none() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                found
+            })
+            .expect("the sandbox's init");
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).expect("init");
+        let nspid = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .expect("NSpid");
+        assert!(
+            nspid.trim_end().ends_with("\t1"),
+            "init is pid 1 of its namespace: {nspid}"
+        );
+        assert_eq!(judge(&runtime, &cfg, workers, candidate), expected);
+        wait_until(
+            "the forked candidate is reaped",
+            Duration::from_secs(5),
+            || parent_of(supervisor).is_none(),
         );
     }
 }

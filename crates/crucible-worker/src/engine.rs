@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 pub use control::Control;
 pub use gpu_lock::{GpuLock, Held};
 pub use options::{JudgeOptions, MAX_TRIALS, OptionsError, check as check_options};
-pub use pool::{POOL_NICE, WarmPool};
+pub use pool::{Forking, POOL_NICE, WarmPool};
 pub use probe::{EngineEvent, Probe};
 pub use reference_cache::{ReferenceCache, ReferencePolicy};
 
@@ -99,9 +99,14 @@ pub struct Tuning {
     /// passed begins it then, on a thread. One H200 (N 4, K 8): 0.8 CPU-s less before a pair
     /// was taken, 0.5 s more wait in `profiler-start`, 3900 against 4052 an hour: off.
     pub cold_profiler: bool,
-    /// The pool starts every referee as a fresh interpreter instead of forking it from a
-    /// zygote that has imported torch, triton and numpy (`crucible_judge::RefereeZygote`).
+    /// The pool starts every referee (and candidate process) as a fresh interpreter instead of
+    /// forking it from a zygote that has imported torch, triton and numpy
+    /// (`crucible_judge::HarnessZygote`).
     pub fresh_referees: bool,
+    /// The pool starts every candidate process as a fresh interpreter (confined between fork
+    /// and exec) instead of forking it from the zygote (confined by the same code after the
+    /// fork).
+    pub fresh_candidates: bool,
     /// The pool does not warm its referees up (`crucible_judge::Workers::warm_referee`), so
     /// each pays its first uses of the trial's kernels and of cuBLAS in its first trial.
     pub cold_referees: bool,
@@ -700,7 +705,11 @@ fn start_pool(
         depth,
         !tuning.cold_profiler,
         tuning.pool_nice.unwrap_or(POOL_NICE),
-        !tuning.fresh_referees,
+        match (tuning.fresh_referees, tuning.fresh_candidates) {
+            (true, _) => Forking::Nothing,
+            (false, true) => Forking::Referees,
+            (false, false) => Forking::Both,
+        },
         !tuning.cold_referees,
     )
     .map_err(|source| EngineError::Io {

@@ -140,10 +140,11 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
             "candidate process {pid} outlived its evaluation"
         );
     }
-    // Each evaluation's processes report the CPU they used, read before they were killed:
-    // each candidate process imported torch (well over 0.3 s of CPU), while a referee the
-    // pool forked from its zygote did not (a tenth of that at most, measured 0.01-0.02 s);
-    // and a taken pair had used no more when it was taken than in all.
+    // Each evaluation's processes report the CPU they used, read before they were killed. The
+    // pool forks both from its zygote, so neither imported torch (a fresh interpreter spends
+    // well over 0.3 s of CPU on that alone; forked, they used 0.01-0.02 s and 0.05-0.07 s here;
+    // an evaluation that found no pair ready starts fresh ones), and what is read is their own
+    // work, not nothing.
     let events = events.lock().expect("events");
     let used: Vec<[f64; 2]> = events
         .iter()
@@ -154,13 +155,13 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
         .collect();
     assert_eq!(used.len(), jobs.len(), "{used:?}");
     assert!(
-        used.iter().all(|[_, candidate]| *candidate > 0.3),
-        "{used:?}"
+        used.iter()
+            .any(|[referee, candidate]| *referee < 0.3 && *candidate < 0.3),
+        "no pair was forked: {used:?}"
     );
     assert!(
-        used.iter()
-            .any(|[referee, candidate]| *referee < 0.1 * candidate),
-        "no referee was forked: {used:?}"
+        used.iter().all(|[_, candidate]| *candidate > 0.0),
+        "{used:?}"
     );
     let at_take: Vec<[f64; 2]> = events
         .iter()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use crucible_judge::{
-    Device, DeviceSharing, EvalConfig, Generalize, Prestart, RefereeZygote, Runtime, StageLimits,
+    Device, DeviceSharing, EvalConfig, Generalize, HarnessZygote, Prestart, Runtime, StageLimits,
     TimingConfig, ToleranceProfile, Transport, Workers,
 };
 use crucible_result::{EvalResult, Finding, Severity, Verdict};
@@ -303,7 +303,7 @@ fn run_batch(
     // without its interpreter's imports each time. Started on this thread, which outlives the
     // batch: a process's parent-death signal follows the thread that started it.
     let zygote = if prewarm && pairs.len() > 1 {
-        RefereeZygote::start(runtime, cfg.device)
+        HarnessZygote::start(runtime, cfg.device)
             .inspect_err(|error| tracing::warn!("referees start fresh: no referee zygote: {error}"))
             .ok()
     } else {
@@ -314,7 +314,8 @@ fn run_batch(
         cfg,
         prestart: Prestart {
             warm_profiler: cfg.times(),
-            referees: zygote.as_ref(),
+            zygote: zygote.as_ref(),
+            fork_candidates: true,
             triton_seed: None,
         },
         pairs,

@@ -69,6 +69,11 @@ pub struct WorkerTuning {
     /// Seconds a claim holds before a silent worker's task is given to another.
     #[arg(long, default_value_t = 60.0)]
     lease_secs: f64,
+    /// Start every candidate process as a fresh interpreter, confined between fork and exec,
+    /// instead of forking it from the zygote that imported torch and triton (confined by the
+    /// same code after the fork).
+    #[arg(long)]
+    fresh_candidates: bool,
     #[command(flatten)]
     autotune: crate::eval_cmd::AutotuneArg,
     #[command(flatten)]
@@ -137,6 +142,7 @@ pub fn run_worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let tuning = Tuning {
         pool_depth: args.tuning.pool_depth.map(|n| n as usize),
         gpu_slots: args.tuning.gpu_slots.map(|n| n as usize),
+        fresh_candidates: args.tuning.fresh_candidates,
         // The engine's own default, with the layers and the budget asked for.
         base: Some({
             let mut base = EvalConfig::new(device);
@@ -435,6 +441,9 @@ fn worker_command(exe: &std::path::Path, slot: &Slot) -> Command {
     }
     if let Some(n) = slot.tuning.gpu_slots {
         cmd.arg("--gpu-slots").arg(n.to_string());
+    }
+    if slot.tuning.fresh_candidates {
+        cmd.arg("--fresh-candidates");
     }
     if let Some(layers) = slot.tuning.gpu.gpu_sandbox {
         cmd.arg("--gpu-sandbox").arg(layers.names());

@@ -129,6 +129,10 @@ pub struct ThroughputArgs {
     /// zygote that has imported torch, triton and numpy.
     #[arg(long)]
     fresh_referees: bool,
+    /// The warm pool starts every candidate process as a fresh interpreter, confined between
+    /// fork and exec, instead of forking it from the zygote and confining it there.
+    #[arg(long)]
+    fresh_candidates: bool,
     /// The warm pool does not warm its referees up before their evaluation (a first use of the
     /// trial's kernels and of cuBLAS, under a share): each pays for it in its first trial.
     #[arg(long)]
@@ -1021,6 +1025,7 @@ fn engine_for(
         probe: Some(probe),
         cold_profiler: args.cold_profiler,
         fresh_referees: args.fresh_referees,
+        fresh_candidates: args.fresh_candidates,
         cold_referees: args.cold_referees,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),

@@ -5,7 +5,7 @@
 //! evaluation takes one pair and owns it: the candidate process serves that one candidate and
 //! is killed at the end, never returned. Pairs that died while waiting are dropped on take;
 //! a pair that has said hello goes before an older one still starting. Referees are forked from
-//! a zygote that imported torch, triton and numpy once (`RefereeZygote`), unless the pool was
+//! a zygote that imported torch, triton and numpy once (`HarnessZygote`), unless the pool was
 //! told to start them fresh; candidate processes are always started fresh, in their sandbox.
 
 use std::collections::VecDeque;
@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crucible_judge::{
-    EvalConfig, Prestart, RefereeZygote, Runtime, TimedPhaseGate, TritonSeed, Workers,
+    EvalConfig, HarnessZygote, Prestart, Runtime, TimedPhaseGate, TritonSeed, Workers,
 };
 
 /// After a failed start, the refill waits this long before trying again (a broken install must
@@ -66,8 +66,8 @@ struct Shared {
     warm_profiler: bool,
     /// Waiting pairs' nice value above the judge's.
     nice: i32,
-    /// Whether referees are forked from a zygote rather than started fresh.
-    fork_referees: bool,
+    /// What is forked from a zygote rather than started fresh.
+    forking: Forking,
     /// Triton's seed for every candidate's cache (GPU only: its CUDA utilities, its key, the
     /// launchers candidates named so far), once built: pairs started before that build their
     /// own. Replaced whole when a build with more launchers is done.
@@ -112,8 +112,8 @@ impl WarmPool {
     /// Starts the refill thread; the first pairs start at once. `warm_profiler`: candidate
     /// processes start the profiler before their hello (when correct ones will be timed on a
     /// GPU). `nice`: how much lower than the judge's the waiting pairs' CPU priority is
-    /// ([`POOL_NICE`] by default). `fork_referees`: referees are forked from a zygote (a
-    /// zygote that cannot start is logged, and referees start fresh). `warm_referees`: on a GPU
+    /// ([`POOL_NICE`] by default). `forking`: what is forked from a zygote (a zygote that cannot
+    /// start is logged, and everything starts fresh). `warm_referees`: on a GPU
     /// with a gate (`EvalConfig::timed_phases`), each referee warms up once it said hello
     /// (`Workers::warm_referee`), under a share.
     pub fn start(
@@ -122,7 +122,7 @@ impl WarmPool {
         depth: usize,
         warm_profiler: bool,
         nice: i32,
-        fork_referees: bool,
+        forking: Forking,
         warm_referees: bool,
     ) -> std::io::Result<WarmPool> {
         // A pair lowered without the right to raise it again would run its whole evaluation,
@@ -150,7 +150,7 @@ impl WarmPool {
             depth: depth.max(1),
             warm_profiler,
             nice,
-            fork_referees,
+            forking,
             triton_seed: RwLock::new(None),
         });
         {
@@ -322,16 +322,28 @@ impl Drop for WarmPool {
     }
 }
 
+/// What the pool forks from a zygote that imported torch, triton and numpy once
+/// ([`HarnessZygote`]) instead of starting a fresh interpreter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forking {
+    /// Nothing: every referee and candidate process starts fresh.
+    Nothing,
+    /// Referees; candidate processes start fresh.
+    Referees,
+    /// Referees and candidate processes, each candidate confined as a spawned one is.
+    Both,
+}
+
 /// Keeps `depth` pairs started until the pool stops.
 fn refill(shared: &Shared) {
     // Started on this thread, which lives as long as the pool: a process's parent-death signal
     // follows the thread that started it, and the zygote's children die with it.
-    let referees = if shared.fork_referees {
-        RefereeZygote::start(&shared.runtime, shared.cfg.device)
-            .inspect_err(|error| tracing::warn!("referees start fresh: no referee zygote: {error}"))
-            .ok()
-    } else {
+    let zygote = if shared.forking == Forking::Nothing {
         None
+    } else {
+        HarnessZygote::start(&shared.runtime, shared.cfg.device)
+            .inspect_err(|error| tracing::warn!("pairs start fresh: no zygote: {error}"))
+            .ok()
     };
     loop {
         {
@@ -355,7 +367,8 @@ fn refill(shared: &Shared) {
         let seed = shared.triton_seed();
         let prestart = Prestart {
             warm_profiler: shared.warm_profiler,
-            referees: referees.as_ref(),
+            zygote: zygote.as_ref(),
+            fork_candidates: shared.forking == Forking::Both,
             triton_seed: seed.as_deref(),
         };
         let spawned = Workers::spawn_with(&shared.runtime, &shared.cfg, &prestart);

@@ -387,11 +387,11 @@ unsafe fn close_all_but(keep: libc::c_int) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::layer_probe;
+    use crate::layer_probe;
     use std::os::unix::process::ExitStatusExt;
 
     fn pid_namespace_supported() -> bool {
-        if !crate::sandbox::support().pid_namespace {
+        if !crate::support().pid_namespace {
             eprintln!("SKIPPED: this host cannot make a PID namespace with a private /proc");
             return false;
         }
@@ -412,7 +412,7 @@ mod tests {
         // SAFETY: a plain System V call; the queue is removed below.
         let queue = unsafe { libc::msgget(key, libc::IPC_CREAT | 0o600) };
         assert!(queue >= 0, "msgget: {}", io::Error::last_os_error());
-        let name = "sandbox::pid::tests::probe_namespaces";
+        let name = "pid::tests::probe_namespaces";
         let output = layer_probe::run(
             name,
             &[
@@ -485,7 +485,7 @@ mod tests {
         if !pid_namespace_supported() {
             return;
         }
-        let name = "sandbox::pid::tests::probe_ending";
+        let name = "pid::tests::probe_ending";
         let run = |ending: &str| {
             // SAFETY: `enter` makes raw system calls only.
             let output = layer_probe::run(name, &[("ENDING", ending.into())], || unsafe {

@@ -139,7 +139,7 @@ pub(super) unsafe fn become_user(uid: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::layer_probe;
+    use crate::layer_probe;
     use linux_raw_sys::general::CAP_SYS_ADMIN;
 
     /// The capability sets of the calling process, from /proc/self/status.
@@ -159,7 +159,7 @@ mod tests {
     }
 
     fn run_probe(case: &str, confine: impl FnMut() -> io::Result<()> + Send + Sync + 'static) {
-        let name = "sandbox::caps::tests::probe_credentials";
+        let name = "caps::tests::probe_credentials";
         let judge = std::process::id().to_string();
         let output = layer_probe::run(
             name,

@@ -436,7 +436,7 @@ fn c_path(path: &Path) -> io::Result<CString> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::layer_probe;
+    use crate::layer_probe;
     use std::os::unix::fs::symlink;
 
     fn texts(steps: &[Step]) -> Vec<String> {
@@ -533,7 +533,7 @@ mod tests {
         let root = MinimalRoot::plan(&rules, &scratch).unwrap();
         // A candidate starts in its scratch directory (the judge's `current_dir`).
         let cwd = c_path(&scratch).unwrap();
-        let name = "sandbox::root::tests::probe_minimal_root";
+        let name = "root::tests::probe_minimal_root";
         let output = layer_probe::run(
             name,
             &[

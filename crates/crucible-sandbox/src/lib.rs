@@ -60,6 +60,7 @@
 
 mod caps;
 mod cgroup;
+pub mod ffi;
 mod landlock;
 mod pid;
 mod root;
@@ -72,7 +73,7 @@ use std::sync::OnceLock;
 
 use ::landlock::ABI;
 
-pub(crate) use cgroup::PidsCgroup;
+pub use cgroup::PidsCgroup;
 
 /// Resource limits and isolation for one candidate process.
 #[derive(Debug, Clone)]
@@ -439,7 +440,16 @@ impl Sandbox {
     /// Everything `enter` needs, built before fork: the Landlock ruleset, the seccomp filters and
     /// the plan; and the pids cgroup the child joins, for the parent to keep (and remove) once
     /// the child is gone.
-    pub(crate) fn prepare(&self, python: &Path) -> io::Result<(Confinement, Option<PidsCgroup>)> {
+    pub fn prepare(&self, python: &Path) -> io::Result<(Confinement, Option<PidsCgroup>)> {
+        let (plan, cgroup) = self.plan(python)?;
+        Ok((plan.confinement()?, cgroup))
+    }
+
+    /// What confining one process takes, decided here (the kernel's support, the rule paths,
+    /// which asks `python` for its directories, and a fresh pids cgroup, which the caller keeps
+    /// and drops once the process is gone), as plain data: a process that has none of that
+    /// state, the candidate zygote's child, builds its [`Confinement`] from it ([`ffi`]).
+    pub fn plan(&self, python: &Path) -> io::Result<(Plan, Option<PidsCgroup>)> {
         let support = support();
         let layers = self.layers();
         let landlock_on = support.landlock_abi >= ABI::V1 && layers.landlock;
@@ -458,33 +468,14 @@ impl Sandbox {
         } else {
             Vec::new()
         };
-        let landlock = if landlock_on {
-            Some(landlock::prepare(
-                support.landlock_abi,
-                &rules,
-                self.landlock_scoping,
-            )?)
-        } else {
-            None
-        };
-        let minimal_root = if root_on {
-            // The tmpfs that becomes the first root is mounted on the scratch directory (any
-            // existing directory does; the scratch always exists).
-            let base = self
-                .read_write
+        // The tmpfs that becomes the first root is mounted on the scratch directory (any
+        // existing directory does; the scratch always exists).
+        let minimal_root_base = root_on.then(|| {
+            self.read_write
                 .first()
                 .cloned()
-                .unwrap_or_else(std::env::temp_dir);
-            Some(root::MinimalRoot::plan(&rules, &base)?)
-        } else {
-            None
-        };
-        let seccomp = if support.seccomp && layers.seccomp {
-            // CUDA's driver fails to initialize (error 304) when it cannot make a Unix socket.
-            Some(seccomp::Filters::build(self.gpu_devices)?)
-        } else {
-            None
-        };
+                .unwrap_or_else(std::env::temp_dir)
+        });
         let mut namespaces = 0;
         if self.isolate_network && support.net_namespace {
             namespaces |= libc::CLONE_NEWNET;
@@ -497,21 +488,23 @@ impl Sandbox {
         } else {
             None
         };
-        let cgroup_procs = cgroup.as_ref().map(PidsCgroup::procs_path).transpose()?;
-        let confinement = Confinement {
-            landlock,
-            seccomp,
-            cgroup_procs,
+        let plan = Plan {
+            rules,
+            landlock_abi: landlock_on.then_some(support.landlock_abi as i32),
+            landlock_scoping: self.landlock_scoping,
+            minimal_root_base,
+            // CUDA's driver fails to initialize (error 304) when it cannot make a Unix socket.
+            seccomp_unix_sockets: (support.seccomp && layers.seccomp).then_some(self.gpu_devices),
+            cgroup_procs: cgroup.as_ref().map(PidsCgroup::procs_file),
             max_file_bytes: self.max_file_bytes,
             max_open_files: self.max_open_files,
             max_processes: self.max_processes,
             namespaces,
             pid_namespace,
-            minimal_root,
             pid_max: support.namespace_pid_max.then(|| self.namespace_pid_max()),
             own_user: support.own_user && layers.own_user,
         };
-        Ok((confinement, cgroup))
+        Ok((plan, cgroup))
     }
 
     fn layers(&self) -> Layers {
@@ -541,8 +534,77 @@ impl Sandbox {
 
 // --- the child's side: async-signal-safe calls only ----------------------------------------
 
+/// How to confine one process, as data: what [`Sandbox::plan`] decided, for
+/// [`Plan::confinement`] to build anywhere (in the judge before a spawn, or in the candidate
+/// zygote's child after its fork, see [`ffi`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// The paths Landlock opens and the minimal root shows, each with its reach.
+    rules: Vec<(PathBuf, landlock::Reach)>,
+    /// The Landlock ABI to build the ruleset for; `None` without Landlock.
+    landlock_abi: Option<i32>,
+    landlock_scoping: bool,
+    /// The directory the minimal root's first tmpfs is mounted on; `None` without the root.
+    minimal_root_base: Option<PathBuf>,
+    /// Whether the seccomp filter lets Unix sockets through (a GPU's); `None` without seccomp.
+    seccomp_unix_sockets: Option<bool>,
+    /// `cgroup.procs` of the candidate's pids cgroup, which the child joins first.
+    cgroup_procs: Option<PathBuf>,
+    max_file_bytes: u64,
+    max_open_files: u64,
+    max_processes: u64,
+    /// `CLONE_NEW*` flags to unshare besides the PID namespace.
+    namespaces: libc::c_int,
+    pid_namespace: bool,
+    /// The pid_max init sets in the PID namespace (where the kernel keeps one per namespace).
+    pid_max: Option<u64>,
+    own_user: bool,
+}
+
+impl Plan {
+    /// The confinement this plan describes: the Landlock ruleset (opening every rule path), the
+    /// minimal root's steps and the compiled seccomp filters. Allocates: before fork, or in a
+    /// child that is single-threaded.
+    pub fn confinement(&self) -> io::Result<Confinement> {
+        let landlock = match self.landlock_abi {
+            Some(abi) => Some(landlock::prepare(
+                ABI::from(abi),
+                &self.rules,
+                self.landlock_scoping,
+            )?),
+            None => None,
+        };
+        let minimal_root = match &self.minimal_root_base {
+            Some(base) => Some(root::MinimalRoot::plan(&self.rules, base)?),
+            None => None,
+        };
+        let seccomp = match self.seccomp_unix_sockets {
+            Some(unix_sockets) => Some(seccomp::Filters::build(unix_sockets)?),
+            None => None,
+        };
+        let cgroup_procs = match &self.cgroup_procs {
+            Some(path) => Some(CString::new(path.as_os_str().as_encoded_bytes())?),
+            None => None,
+        };
+        Ok(Confinement {
+            landlock,
+            seccomp,
+            cgroup_procs,
+            max_file_bytes: self.max_file_bytes,
+            max_open_files: self.max_open_files,
+            max_processes: self.max_processes,
+            namespaces: self.namespaces,
+            pid_namespace: self.pid_namespace,
+            minimal_root,
+            pid_max: self.pid_max,
+            own_user: self.own_user,
+        })
+    }
+}
+
 /// The prepared sandbox for one spawn; applied by `enter` between fork and exec.
-pub(crate) struct Confinement {
+pub struct Confinement {
     landlock: Option<landlock::PreparedRuleset>,
     seccomp: Option<seccomp::Filters>,
     /// `cgroup.procs` of the candidate's pids cgroup, which the child joins first.
@@ -568,7 +630,7 @@ impl Confinement {
     ///
     /// Only in a freshly forked, single-threaded child before exec: it forks, changes
     /// credentials and makes only async-signal-safe system calls (no allocation, no locks).
-    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+    pub unsafe fn enter(&self) -> io::Result<()> {
         // SAFETY: raw system calls on this process's own state (see the function's contract).
         unsafe {
             // The supervisor re-raises the candidate's fatal signal on itself: no core dumps
@@ -672,6 +734,48 @@ mod tests {
         );
         let err = Layers::parse("landlock,chroot").unwrap_err();
         assert!(err.to_string().contains("`chroot`"), "{err}");
+    }
+
+    #[test]
+    fn a_plan_goes_through_json_unchanged() {
+        let python = std::env::var_os("CRUCIBLE_PYTHON").unwrap_or_else(|| "python3".into());
+        let scratch = tempfile::tempdir().expect("scratch");
+        for gpu in [false, true] {
+            let sandbox = Sandbox {
+                gpu_devices: gpu,
+                pids_cgroup: false,
+                ..Sandbox::default()
+            }
+            .for_candidate(&[], scratch.path(), &[], gpu);
+            let (plan, _cgroup) = sandbox.plan(Path::new(&python)).expect("a plan");
+            let text = serde_json::to_string(&plan).expect("to JSON");
+            let back: Plan = serde_json::from_str(&text).expect("from JSON");
+            assert_eq!(back, plan);
+            assert!(
+                plan.rules.iter().any(|(path, _)| path == scratch.path()),
+                "{text}"
+            );
+            back.confinement().expect("built from the JSON");
+        }
+    }
+
+    #[test]
+    fn a_plan_that_does_not_parse_is_refused_before_anything_is_applied() {
+        let mut error = [0u8; 64];
+        let plan = br#"{"rules": 3}"#;
+        // SAFETY: valid buffers of the lengths given; the plan fails to parse, so nothing of this
+        // test process is confined.
+        let rc = unsafe {
+            ffi::crucible_sandbox_enter(plan.as_ptr(), plan.len(), error.as_mut_ptr(), error.len())
+        };
+        assert_eq!(rc, -1);
+        let message = std::ffi::CStr::from_bytes_until_nul(&error).expect("NUL-terminated");
+        let message = message.to_string_lossy();
+        assert!(
+            message.starts_with("the sandbox plan does not parse"),
+            "{message}"
+        );
+        assert_eq!(message.len(), error.len() - 1, "cut to the buffer");
     }
 
     #[test]

@@ -1,9 +1,8 @@
 //! The process limit for uid 0: a pids cgroup (cgroup v1 hierarchy) of each candidate's own, and
 //! the sweep of the empty cgroups that killed judges left behind.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +12,7 @@ use super::check;
 /// A pids cgroup of one candidate: its process limit where `RLIMIT_NPROC` does not bind (uid 0
 /// is exempt, and a GPU candidate stays uid 0). Removed, after killing whatever is left in it,
 /// when dropped.
-pub(crate) struct PidsCgroup {
+pub struct PidsCgroup {
     dir: PathBuf,
 }
 
@@ -85,11 +84,9 @@ impl PidsCgroup {
         Ok(Some(cgroup))
     }
 
-    /// The `cgroup.procs` file a child writes to join, as the C string `join` takes.
-    pub(super) fn procs_path(&self) -> io::Result<CString> {
-        Ok(CString::new(
-            self.dir.join("cgroup.procs").as_os_str().as_bytes(),
-        )?)
+    /// The `cgroup.procs` file a child writes to join.
+    pub(super) fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
     }
 }
 
@@ -144,7 +141,7 @@ pub(super) fn join(procs: &CStr) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::layer_probe;
+    use crate::layer_probe;
 
     const LIMIT: u64 = 16;
 
@@ -158,8 +155,10 @@ mod tests {
             );
             return;
         };
-        let procs = cgroup.procs_path().expect("cgroup.procs path");
-        let name = "sandbox::cgroup::tests::probe_fork_loop";
+        let procs =
+            std::ffi::CString::new(cgroup.procs_file().into_os_string().into_encoded_bytes())
+                .expect("cgroup.procs path");
+        let name = "cgroup::tests::probe_fork_loop";
         let output = layer_probe::run(name, &[], move || join(&procs));
         layer_probe::assert_passed(name, &output);
         drop(cgroup);

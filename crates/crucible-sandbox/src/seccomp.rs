@@ -120,11 +120,11 @@ fn with_x32_twins(rules: Vec<(libc::c_long, Vec<SeccompRule>)>) -> BTreeMap<i64,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::layer_probe;
+    use crate::layer_probe;
 
     fn run_probe(unix_sockets: bool) {
         let filters = Filters::build(unix_sockets).expect("compile the filters");
-        let name = "sandbox::seccomp::tests::probe_filters";
+        let name = "seccomp::tests::probe_filters";
         let output = layer_probe::run(
             name,
             &[("UNIX_SOCKETS", unix_sockets.to_string())],

@@ -75,7 +75,7 @@ pub(super) struct Paths<'a> {
 
 /// What a candidate may do beneath one path of its rules. The minimal root (`super::root`)
 /// shows it exactly these paths, so both layers read one list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) enum Reach {
     /// Read and execute (system, Python and harness directories).
     ReadExec,
@@ -317,7 +317,7 @@ pub(super) fn python_dirs(python: &Path) -> io::Result<Arc<[PathBuf]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::layer_probe;
+    use crate::layer_probe;
     use std::io::ErrorKind;
 
     /// Reads and writes outside the rules, TCP, signals out of the sandbox and other processes'
@@ -349,7 +349,7 @@ mod tests {
         let ruleset = prepare(abi, &rules, true).expect("ruleset");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("tcp listener");
         listener.set_nonblocking(true).unwrap();
-        let name = "sandbox::landlock::tests::probe_landlock";
+        let name = "landlock::tests::probe_landlock";
         let output = layer_probe::run(
             name,
             &[
