@@ -29,6 +29,7 @@ channel ends and so does this process; its children get `SIGKILL` (their parent-
 
 import contextlib
 import ctypes
+import functools
 import gc
 import json
 import os
@@ -212,7 +213,7 @@ def main():
             os.close(session_read)
             child = (zygote_pid, sock, fds, session_started, msg["cwd"], msg["env"])
             if "sandbox" in msg:
-                become(*child, lambda: confine(enter, msg["sandbox"]), candidate.main)
+                become(*child, functools.partial(confine, enter, msg["sandbox"]), candidate.main)
             become(*child, lambda: None, referee.main)
         os.close(session_started)
         os.read(session_read, 1)  # b"" if the child died first: the judge finds it ended
