@@ -818,7 +818,7 @@ impl Workers {
             .map_err(io("starting the referee"))?,
         };
         let forked = match prestart.zygote {
-            Some(zygote) if prestart.fork_candidates => zygote
+            Some(zygote) if prestart.fork_candidates && zygote.forks_candidates() => zygote
                 .fork_candidate(
                     scratch.candidate.path(),
                     &candidate_env,

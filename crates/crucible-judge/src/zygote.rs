@@ -51,17 +51,83 @@ const DEATH_WITHIN: Duration = Duration::from_secs(5);
 pub const SANDBOX_LIBRARY_ENV: &str = "CRUCIBLE_SANDBOX_LIB";
 const SANDBOX_LIBRARY_NAME: &str = "libcrucible_sandbox.so";
 
-/// The sandbox crate's cdylib the zygote confines candidates with, if there is one.
-pub fn sandbox_library() -> Option<std::path::PathBuf> {
-    if let Some(path) = std::env::var_os(SANDBOX_LIBRARY_ENV) {
-        return Some(path.into());
+/// The sandbox crate's cdylib the zygote confines candidates with: found, and built from the
+/// same sources as this judge (its `crucible_sandbox_build_id` is this crate's). Looked for once
+/// per process; where there is none, or another build's, that is logged once and candidate
+/// processes are spawned.
+pub fn sandbox_library() -> Option<&'static Path> {
+    static LIBRARY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    LIBRARY
+        .get_or_init(|| {
+            find_sandbox_library()
+                .inspect_err(|why| {
+                    tracing::warn!("candidate processes are spawned, not forked: {why}")
+                })
+                .ok()
+        })
+        .as_deref()
+}
+
+fn find_sandbox_library() -> Result<std::path::PathBuf, String> {
+    let path = match std::env::var_os(SANDBOX_LIBRARY_ENV) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| format!("no executable path: {e}"))?;
+            exe.ancestors()
+                .skip(1)
+                .take(2)
+                .map(|dir| dir.join(SANDBOX_LIBRARY_NAME))
+                .find(|path| path.is_file())
+                .ok_or_else(|| {
+                    format!(
+                        "no {SANDBOX_LIBRARY_NAME} beside {} (or in ${SANDBOX_LIBRARY_ENV})",
+                        exe.display()
+                    )
+                })?
+        }
+    };
+    let id = library_build_id(&path)?;
+    if id != crucible_sandbox::ffi::BUILD_ID {
+        return Err(format!(
+            "{} was built from other sources than this judge (build id {id:016x}, the judge's {:016x})",
+            path.display(),
+            crucible_sandbox::ffi::BUILD_ID
+        ));
     }
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|dir| dir.join(SANDBOX_LIBRARY_NAME))
-        .find(|path| path.is_file())
+    Ok(path)
+}
+
+/// `crucible_sandbox_build_id()` of the library at `path`, loaded for the call and unloaded.
+fn library_build_id(path: &Path) -> Result<u64, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{} has a NUL in its path", path.display()))?;
+    // SAFETY: dlopen of a path and dlsym of a symbol the sandbox crate exports with the signature
+    // `extern "C" fn() -> u64` (a constant, no side effects); the handle is closed after the call.
+    unsafe {
+        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let why = libc::dlerror();
+            let why = if why.is_null() {
+                "unknown error".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(why).to_string_lossy().into_owned()
+            };
+            return Err(format!("cannot load {}: {why}", path.display()));
+        }
+        let symbol = libc::dlsym(handle, c"crucible_sandbox_build_id".as_ptr());
+        let id = if symbol.is_null() {
+            Err(format!(
+                "{} has no crucible_sandbox_build_id",
+                path.display()
+            ))
+        } else {
+            let build_id: extern "C" fn() -> u64 = std::mem::transmute(symbol);
+            Ok(build_id())
+        };
+        libc::dlclose(handle);
+        id
+    }
 }
 
 /// Forks referees for one device. Cheap to clone; the zygote process ends with the last clone
@@ -76,7 +142,7 @@ pub(crate) struct ZygoteLink {
     python: std::path::PathBuf,
     /// The cdylib the zygote confines candidates with (in its environment too); without it,
     /// it forks referees only.
-    sandbox_library: Option<std::path::PathBuf>,
+    sandbox_library: Option<&'static Path>,
     env: Vec<(String, String)>,
     // Dropped last: the zygote's HOME and TMPDIR.
     dir: tempfile::TempDir,
@@ -144,16 +210,21 @@ impl HarnessZygote {
         env: &[(String, String)],
         sandbox: Option<&Sandbox>,
     ) -> std::io::Result<HarnessProcess> {
-        if self.link.sandbox_library.is_none() {
+        if !self.forks_candidates() {
             return Err(std::io::Error::other(format!(
-                "no {SANDBOX_LIBRARY_NAME} beside the judge's executable (or in \
-                 ${SANDBOX_LIBRARY_ENV}) to confine a forked candidate with"
+                "no usable {SANDBOX_LIBRARY_NAME} to confine a forked candidate with"
             )));
         }
         let planned = sandbox
             .map(|sandbox| sandbox.plan(&self.link.python))
             .transpose()?;
         HarnessProcess::forked(&self.link, cwd, env, Some(planned))
+    }
+
+    /// Whether the zygote can fork candidate processes: it has the sandbox library
+    /// ([`sandbox_library`]) to confine them with.
+    pub fn forks_candidates(&self) -> bool {
+        self.link.sandbox_library.is_some()
     }
 
     /// The zygote's pid, while it runs.
@@ -439,6 +510,21 @@ pub(crate) fn send_with_fds(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sandbox_library_beside_the_tests_is_this_build() {
+        let path = find_sandbox_library().expect("the cdylib cargo built beside this test binary");
+        assert_eq!(library_build_id(&path), Ok(crucible_sandbox::ffi::BUILD_ID));
+    }
+
+    #[test]
+    fn a_file_that_is_no_sandbox_library_is_refused_with_its_reason() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let fake = dir.path().join(SANDBOX_LIBRARY_NAME);
+        std::fs::write(&fake, b"not a library").expect("the file");
+        let why = library_build_id(&fake).expect_err("refused");
+        assert!(why.starts_with("cannot load"), "{why}");
+    }
 
     #[test]
     fn a_stat_line_gives_state_parent_and_exit_code() {

@@ -12,6 +12,42 @@ use std::ffi::c_int;
 
 use crate::Plan;
 
+/// An identity of this crate's sources: the judge loads only a cdylib built from the same ones
+/// (a plan's format, or what entering it does, may differ in any other).
+pub const BUILD_ID: u64 = {
+    let sources: [&str; 8] = [
+        include_str!("lib.rs"),
+        include_str!("ffi.rs"),
+        include_str!("caps.rs"),
+        include_str!("cgroup.rs"),
+        include_str!("landlock.rs"),
+        include_str!("pid.rs"),
+        include_str!("root.rs"),
+        include_str!("seccomp.rs"),
+    ];
+    // FNV-1a over every byte, each source's length mixed in after it.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < sources.len() {
+        let bytes = sources[i].as_bytes();
+        let mut j = 0;
+        while j < bytes.len() {
+            hash = (hash ^ bytes[j] as u64).wrapping_mul(0x0100_0000_01b3);
+            j += 1;
+        }
+        hash = (hash ^ bytes.len() as u64).wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    hash
+};
+
+/// [`BUILD_ID`] of this library, for the judge to compare with its own before it hands the
+/// library to the zygote.
+#[unsafe(no_mangle)]
+pub extern "C" fn crucible_sandbox_build_id() -> u64 {
+    BUILD_ID
+}
+
 /// Confines the calling process by `plan` (the JSON of a [`Plan`], `plan_len` bytes). With a
 /// PID namespace it returns only in the candidate, two forks down; the supervisor and init it
 /// leaves behind never return (they end with the candidate's status). Returns 0 when confined;
