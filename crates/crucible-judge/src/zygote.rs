@@ -47,7 +47,8 @@ const DEATH_WITHIN: Duration = Duration::from_secs(5);
 
 /// The environment variable naming the sandbox crate's cdylib, for the zygote to load; when the
 /// judge's own environment does not set it, the library is looked for beside the judge's
-/// executable (and one directory up, where a test binary lives in `deps/`).
+/// executable, in `deps/` there (where cargo leaves it when it built the binary only) and one
+/// directory up (a test binary lives in `deps/`).
 pub const SANDBOX_LIBRARY_ENV: &str = "CRUCIBLE_SANDBOX_LIB";
 const SANDBOX_LIBRARY_NAME: &str = "libcrucible_sandbox.so";
 
@@ -73,9 +74,9 @@ fn find_sandbox_library() -> Result<std::path::PathBuf, String> {
         Some(path) => std::path::PathBuf::from(path),
         None => {
             let exe = std::env::current_exe().map_err(|e| format!("no executable path: {e}"))?;
-            exe.ancestors()
-                .skip(1)
-                .take(2)
+            let dir = exe.parent().unwrap_or(Path::new("/"));
+            [dir, &dir.join("deps"), dir.parent().unwrap_or(dir)]
+                .into_iter()
                 .map(|dir| dir.join(SANDBOX_LIBRARY_NAME))
                 .find(|path| path.is_file())
                 .ok_or_else(|| {
