@@ -1,5 +1,5 @@
 //! One harness process (referee or candidate) and the private channel to it: spawned by fork
-//! and exec from the judge, or (a referee) forked by the referee zygote (`crate::zygote`).
+//! and exec from the judge, or forked by the zygote (`crate::zygote`).
 //!
 //! The channel is a Unix socket pair whose child end the child keeps open across exec, at the
 //! number `CRUCIBLE_CHANNEL_FD` names (a referee the zygote forks has it on fd 3); stdout and

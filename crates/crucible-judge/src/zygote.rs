@@ -169,7 +169,7 @@ impl HarnessZygote {
         let dir = tempfile::Builder::new()
             .prefix("crucible-zygote-")
             .tempdir()
-            .map_err(InfraError::io("creating the referee zygote's directory"))?;
+            .map_err(InfraError::io("creating the zygote's directory"))?;
         let mut env = harness_env(runtime, device, dir.path())?;
         let sandbox_library = sandbox_library();
         if let Some(library) = &sandbox_library {
@@ -184,7 +184,7 @@ impl HarnessZygote {
         });
         let zygote = link
             .spawn()
-            .map_err(InfraError::io("starting the referee zygote"))?;
+            .map_err(InfraError::io("starting the zygote"))?;
         if let Ok(mut process) = link.process.lock() {
             *process = Some(zygote);
         }
@@ -263,18 +263,18 @@ impl ZygoteLink {
         let mut process = self
             .process
             .lock()
-            .map_err(|_| std::io::Error::other("the referee zygote's lock is poisoned"))?;
+            .map_err(|_| std::io::Error::other("the zygote's lock is poisoned"))?;
         if !process.as_mut().is_some_and(|z| z.process.running()) {
             if let Some(dead) = process.take() {
                 tracing::warn!(
-                    "the referee zygote ended; starting another. It printed: {}",
+                    "the zygote ended; starting another. It printed: {}",
                     dead.process.log_tail(2000).trim()
                 );
             }
             *process = Some(self.spawn()?);
         }
         let Some(zygote) = process.as_mut() else {
-            return Err(std::io::Error::other("no referee zygote"));
+            return Err(std::io::Error::other("no zygote"));
         };
         let asked = zygote.fork(cwd, env, fds, sandbox);
         if asked.is_err() {
@@ -304,7 +304,7 @@ impl Zygote {
         fds: [RawFd; 3],
         sandbox: Option<ForkSandbox>,
     ) -> std::io::Result<(u32, u32)> {
-        let failed = |what: String| std::io::Error::other(format!("referee zygote: {what}"));
+        let failed = |what: String| std::io::Error::other(format!("zygote: {what}"));
         if !self.said_hello {
             let hello = self
                 .process

@@ -91,7 +91,7 @@ fn the_pool_gives_every_evaluation_a_fresh_candidate_process_and_kills_it() {
         exclusive_timing: true,
     };
     let engine = engine(&runtime, options, tuning(Some(probe)));
-    // The pool's first pairs wait for the referee zygote's imports; an evaluation asking before
+    // The pool's first pairs wait for the zygote's imports; an evaluation asking before
     // any pair exists starts its own (on a loaded 2-core CI machine, seconds), which is not what
     // this test is about.
     wait_until("the pool's first pairs", Duration::from_secs(120), || {

@@ -299,12 +299,12 @@ fn run_batch(
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let concurrent = args.jobs > 1 && pairs.len() > 1;
-    // Referees are forked from one zygote, as the service's pool forks them: the same referee
-    // without its interpreter's imports each time. Started on this thread, which outlives the
+    // Referees and candidate processes are forked from one zygote, as the service's pool forks
+    // them: the same processes without their interpreter's imports each time. Started on this thread, which outlives the
     // batch: a process's parent-death signal follows the thread that started it.
     let zygote = if prewarm && pairs.len() > 1 {
         HarnessZygote::start(runtime, cfg.device)
-            .inspect_err(|error| tracing::warn!("referees start fresh: no referee zygote: {error}"))
+            .inspect_err(|error| tracing::warn!("pairs start fresh: no zygote: {error}"))
             .ok()
     } else {
         None

@@ -39,7 +39,7 @@ pub fn wait_until<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Op
 }
 
 /// This process's descendants running `crucible_harness`: every pool's referees, candidate
-/// harnesses and referee zygote (a sandboxed candidate runs under an init of its own, which
+/// harnesses and zygote (a sandboxed candidate runs under an init of its own, which
 /// descends from this process too). A test binary's tests run at once, so only a binary with one
 /// test that starts processes can count them.
 #[allow(dead_code)] // not every test binary counts processes
