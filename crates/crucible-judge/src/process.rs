@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::sandbox::{PidsCgroup, Plan, Sandbox};
-use crate::zygote::{ForkSandbox, ForkedChild, ZygoteLink};
+use crate::sandbox::{PidsCgroup, Sandbox};
+use crate::zygote::{ForkAs, ForkedChild, ZygoteLink};
 
 /// The environment variable that tells a spawned harness process its channel's descriptor.
 const CHANNEL_FD_ENV: &str = "CRUCIBLE_CHANNEL_FD";
@@ -176,23 +176,18 @@ impl HarnessProcess {
         })
     }
 
-    /// A referee forked by the zygote behind `link`, working in `cwd` with exactly `env`: the
-    /// same channel (on fd 3) and the same captured logs as a spawned one. With `candidate` (its
-    /// sandbox's plan, if any, and the pids cgroup to keep until it is gone), a candidate
-    /// process instead.
+    /// A referee or candidate process (`what`) forked by the zygote behind `link`, working in
+    /// `cwd` with exactly `env`: the same channel (on fd 3) and the same captured logs as a
+    /// spawned one.
     pub(crate) fn forked(
         link: &Arc<ZygoteLink>,
         cwd: &Path,
         env: &[(String, String)],
-        candidate: Option<Option<(Plan, Option<PidsCgroup>)>>,
+        what: ForkAs,
     ) -> std::io::Result<HarnessProcess> {
         let (parent_end, child_end) = UnixStream::pair()?;
         let (stdout_read, stdout_write) = std::io::pipe()?;
         let (stderr_read, stderr_write) = std::io::pipe()?;
-        let sandbox = candidate.as_ref().map(|planned| match planned {
-            Some((plan, _)) => ForkSandbox::Confined(plan),
-            None => ForkSandbox::Unconfined,
-        });
         let (pid, zygote_pid) = link.fork(
             cwd,
             env,
@@ -201,10 +196,13 @@ impl HarnessProcess {
                 stdout_write.as_raw_fd(),
                 stderr_write.as_raw_fd(),
             ],
-            sandbox,
+            &what,
         )?;
         // Kept (and removed when dropped) only once the child exists to be in it.
-        let cgroup = candidate.and_then(|planned| planned.and_then(|(_, cgroup)| cgroup));
+        let cgroup = match what {
+            ForkAs::Candidate { cgroup, .. } => cgroup,
+            ForkAs::Referee => None,
+        };
         // The child has its copies; without ours closed, its end of a log would never come.
         drop((child_end, stdout_write, stderr_write));
         let owner = Owner::Forked(ForkedChild::new(pid, zygote_pid, Arc::clone(link)));

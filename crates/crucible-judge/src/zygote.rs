@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crucible_sandbox::{Plan, Sandbox};
+use crucible_sandbox::{PidsCgroup, Plan, Sandbox};
 
 use crate::device::Device;
 use crate::error::InfraError;
@@ -198,7 +198,7 @@ impl HarnessZygote {
         cwd: &Path,
         env: &[(String, String)],
     ) -> std::io::Result<HarnessProcess> {
-        HarnessProcess::forked(&self.link, cwd, env, None)
+        HarnessProcess::forked(&self.link, cwd, env, ForkAs::Referee)
     }
 
     /// A candidate process forked from the zygote, working in `cwd` with exactly `env`, and
@@ -216,10 +216,14 @@ impl HarnessZygote {
                 "no usable {SANDBOX_LIBRARY_NAME} to confine a forked candidate with"
             )));
         }
-        let planned = sandbox
-            .map(|sandbox| sandbox.plan(&self.link.python))
-            .transpose()?;
-        HarnessProcess::forked(&self.link, cwd, env, Some(planned))
+        let (plan, cgroup) = match sandbox {
+            Some(sandbox) => {
+                let (plan, cgroup) = sandbox.plan(&self.link.python)?;
+                (Some(plan), cgroup)
+            }
+            None => (None, None),
+        };
+        HarnessProcess::forked(&self.link, cwd, env, ForkAs::Candidate { plan, cgroup })
     }
 
     /// Whether the zygote can fork candidate processes: it has the sandbox library
@@ -251,14 +255,14 @@ impl ZygoteLink {
         })
     }
 
-    /// Asks the zygote for a child that gets `fds` (channel, stdout, stderr), a candidate
-    /// process confined by `sandbox` if given, else a referee; its pid and the zygote's.
+    /// Asks the zygote for a child that gets `fds` (channel, stdout, stderr), forked as `what`;
+    /// its pid and the zygote's.
     pub(crate) fn fork(
         &self,
         cwd: &Path,
         env: &[(String, String)],
         fds: [RawFd; 3],
-        sandbox: Option<ForkSandbox>,
+        what: &ForkAs,
     ) -> std::io::Result<(u32, u32)> {
         let mut process = self
             .process
@@ -276,7 +280,7 @@ impl ZygoteLink {
         let Some(zygote) = process.as_mut() else {
             return Err(std::io::Error::other("no zygote"));
         };
-        let asked = zygote.fork(cwd, env, fds, sandbox);
+        let asked = zygote.fork(cwd, env, fds, what);
         if asked.is_err() {
             // Whatever state it is in, the next fork starts a new one.
             *process = None;
@@ -302,7 +306,7 @@ impl Zygote {
         cwd: &Path,
         env: &[(String, String)],
         fds: [RawFd; 3],
-        sandbox: Option<ForkSandbox>,
+        what: &ForkAs,
     ) -> std::io::Result<(u32, u32)> {
         let failed = |what: String| std::io::Error::other(format!("zygote: {what}"));
         if !self.said_hello {
@@ -321,10 +325,9 @@ impl Zygote {
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
             .collect();
         let mut request = json!({"op": "fork", "cwd": cwd, "env": env});
-        match sandbox {
-            Some(ForkSandbox::Confined(plan)) => request["sandbox"] = json!(plan),
-            Some(ForkSandbox::Unconfined) => request["sandbox"] = Value::Null,
-            None => {}
+        if let ForkAs::Candidate { plan, .. } = what {
+            // `null` where the judge runs without a sandbox.
+            request["sandbox"] = json!(plan);
         }
         self.process
             .send_with_fds(&request, &fds)
@@ -346,12 +349,16 @@ impl Zygote {
     }
 }
 
-/// How a forked candidate process is confined (a referee has no entry at all).
-pub(crate) enum ForkSandbox<'a> {
-    /// By this plan, entered through the sandbox library.
-    Confined(&'a Plan),
-    /// Not at all: the judge's configuration has no sandbox (`EvalConfig::sandbox` is `None`).
-    Unconfined,
+/// What the zygote forks.
+pub(crate) enum ForkAs {
+    Referee,
+    /// A candidate process, confined by `plan` (entered through the sandbox library; `None`
+    /// where the judge runs without a sandbox), in `cgroup`, which the judge keeps until the
+    /// process is gone.
+    Candidate {
+        plan: Option<Plan>,
+        cgroup: Option<PidsCgroup>,
+    },
 }
 
 /// A referee the zygote forked: not this process's child, so it is waited for through /proc and
