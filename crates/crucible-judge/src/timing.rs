@@ -221,44 +221,15 @@ fn synced_witness_fraction(t: &TimingEvidence<'_>) -> f64 {
     }
 }
 
-/// Where one loop iteration of the timed phase (the forward with its flush, events and
-/// synchronize, timed from outside) takes at least this long, a witness is first measured with
-/// brief batches ([`BatchLength::Brief`]).
-pub(crate) const LONG_ITERATION_MS: f64 = 1.0;
-/// A brief batch's length: at least this long, and at least two forwards.
-pub(crate) const BRIEF_BATCH_MS: f64 = 6.0;
-
-/// How long an outside witness's batches are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BatchLength {
-    /// The full target for short forwards; about [`BRIEF_BATCH_MS`] for long ones. A witness's
-    /// error is the host's noise (tens of microseconds: the empty request it is measured against,
-    /// a wake-up) over the batch's length, so 6 ms keep it to a few per cent, far inside the
-    /// bounds of a forward that is not launch-bound (0.75 and 0.6; honest claims at 1.0 and up of
-    /// the synchronized witness). For a kernel of milliseconds the full batches were most of the
-    /// exclusive timed phase (three of 20 ms and three of 30 ms, at least five forwards each, for
-    /// a 33-iteration timed loop), and all of it GPU work that every other evaluation waits for.
-    Brief,
-    /// The full target whatever the forward's length: for a witness measured again because the
-    /// claim fell below its bound, so that the recheck is as precise as the witnesses were before
-    /// brief batches.
-    Full,
-}
-
-/// How many back-to-back forwards make one outside-timed batch of at most about `target_ms`
-/// (brief ones: see [`BatchLength`]). `iteration_upper_ms` is the timed phase's wall time per
-/// iteration, measured from outside: it holds a whole loop iteration (flush, events,
-/// synchronize) besides the forward, so a batch never runs longer than the target, whatever the
-/// candidate claims.
-pub(crate) fn batch_count(iteration_upper_ms: f64, target_ms: f64, length: BatchLength) -> u32 {
+/// How many back-to-back forwards make one outside-timed batch of at most about `target_ms`.
+/// `iteration_upper_ms` is the timed phase's wall time per iteration, measured from outside: it
+/// holds a whole loop iteration (flush, events, synchronize) besides the forward, so a batch
+/// never runs longer than the target, whatever the candidate claims.
+pub(crate) fn batch_count(iteration_upper_ms: f64, target_ms: f64) -> u32 {
     if !(iteration_upper_ms.is_finite() && iteration_upper_ms > 0.0) {
         return 5;
     }
-    let full = (target_ms / iteration_upper_ms).ceil().clamp(5.0, 5000.0) as u32;
-    if length == BatchLength::Full || iteration_upper_ms < LONG_ITERATION_MS {
-        return full;
-    }
-    ((BRIEF_BATCH_MS / iteration_upper_ms).ceil().max(2.0) as u32).min(full)
+    (target_ms / iteration_upper_ms).ceil().clamp(5.0, 5000.0) as u32
 }
 
 #[cfg(test)]
@@ -356,28 +327,12 @@ mod tests {
 
     #[test]
     fn batches_last_at_most_about_the_target() {
-        let full = |iteration_ms| batch_count(iteration_ms, 50.0, BatchLength::Full);
-        assert_eq!(full(1.0), 50);
-        assert_eq!(full(0.166), 302);
-        assert_eq!(full(100.0), 5);
-        assert_eq!(full(0.0), 5);
-        assert_eq!(full(f64::NAN), 5);
-        assert_eq!(full(1e-6), 5000);
-    }
-
-    #[test]
-    fn brief_batches_shorten_only_long_forwards() {
-        let brief = |iteration_ms| batch_count(iteration_ms, 30.0, BatchLength::Brief);
-        // Short forwards keep the full target: their bounds' margins were measured with it.
-        assert_eq!(brief(0.166), batch_count(0.166, 30.0, BatchLength::Full));
-        assert_eq!(brief(0.999), 31);
-        // Long ones: about 6 ms, at least two forwards, never more than the full count.
-        assert_eq!(brief(1.0), 6);
-        assert_eq!(brief(2.7), 3);
-        assert_eq!(brief(8.6), 2);
-        assert_eq!(brief(100.0), 2);
-        assert_eq!(batch_count(1.0, 4.0, BatchLength::Brief), 5);
-        assert_eq!(brief(f64::NAN), 5);
+        assert_eq!(batch_count(1.0, 50.0), 50);
+        assert_eq!(batch_count(0.166, 50.0), 302);
+        assert_eq!(batch_count(100.0, 50.0), 5);
+        assert_eq!(batch_count(0.0, 50.0), 5);
+        assert_eq!(batch_count(f64::NAN, 50.0), 5);
+        assert_eq!(batch_count(1e-6, 50.0), 5000);
     }
 
     /// The tamper that passed the first two witnesses on an H200 (gpu-check, 01_relu at 16

@@ -27,14 +27,12 @@ use crate::protocol::{
     StartPrecisionReply, TimeDeliverReply, TimeReferenceReply, TimeReply, TimedLoop, resumed,
 };
 use crate::timing::{
-    BatchLength, TimingEvidence, batch_count, claimed_median_ms, contradicted_witnesses,
-    timing_findings,
+    TimingEvidence, batch_count, claimed_median_ms, contradicted_witnesses, timing_findings,
 };
 
 /// Profiled forwards per evaluation; the busy-time witness keeps the least.
 const PROFILED_FORWARDS: u32 = 3;
-/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most; brief
-/// batches for long forwards, `timing::BatchLength`). 20 ms
+/// Outside-timed batches of back-to-back forwards, and the length each aims at (at most). 20 ms
 /// since 2026-12-04 (60 before): on an H200 (three runs, 138 honest evaluations from 16 rows to
 /// full size) honest claims still came out at 1.67 to 2.27 times this witness; the bound is 0.75.
 const OUTSIDE_BATCHES: u32 = 3;
@@ -848,9 +846,8 @@ impl Session {
             };
             let delivered: TimeDeliverReply = candidate_call(candidate, "timing", &deliver, limit)?;
             let iteration_ms = phase_wall_s * 1e3 / f64::from(timed.iters + timed.warmup);
-            let brief = BatchLength::Brief;
-            let outside = outside_forward(candidate, limit, iteration_ms, false, brief)?;
-            let synced = outside_forward(candidate, limit, iteration_ms, true, brief)?;
+            let outside = outside_forward(candidate, limit, iteration_ms, false)?;
+            let synced = outside_forward(candidate, limit, iteration_ms, true)?;
             Ok(TimedPhase {
                 reference,
                 matched,
@@ -945,8 +942,8 @@ impl Session {
     }
 
     /// Where the claimed median falls below a witness timed from outside, that witness is
-    /// measured again (at most [`WITNESS_RECHECKS`] more times, still under the exclusive lock,
-    /// with full-length batches where the first were brief) and keeps its least: host noise only ever adds to it (every batch of one measurement can
+    /// measured again (at most [`WITNESS_RECHECKS`] more times, still under the exclusive lock)
+    /// and keeps its least: host noise only ever adds to it (every batch of one measurement can
     /// come out high), so another measurement can only bring it nearer the cost it bounds, and
     /// a claim that is really below that cost stays below it. The `timing-rechecked` finding
     /// gives the figures either way.
@@ -974,9 +971,8 @@ impl Session {
             let mut rounds = 0;
             while rounds < WITNESS_RECHECKS && outside_contradicted(phase) {
                 rounds += 1;
-                let (iteration_ms, full) = (phase.iteration_ms, BatchLength::Full);
-                let outside = outside_forward(candidate, limit, iteration_ms, false, full)?;
-                let synced = outside_forward(candidate, limit, iteration_ms, true, full)?;
+                let outside = outside_forward(candidate, limit, phase.iteration_ms, false)?;
+                let synced = outside_forward(candidate, limit, phase.iteration_ms, true)?;
                 phase.outside = least_by_ms(phase.outside, outside);
                 phase.synced = least_by_ms(phase.synced, synced);
             }
@@ -1084,21 +1080,19 @@ impl Session {
 /// The outside witness of one forward's cost (ms) and the batch size it used: batches of
 /// back-to-back forwards on the timed inputs (with `synchronize_each`, each followed by a
 /// device synchronize), each timed here around its request, less the cost of an empty
-/// request; the least of several, since host noise only adds time. `length`: brief batches for
-/// a first measurement, full ones for a recheck.
+/// request; the least of several, since host noise only adds time.
 fn outside_forward(
     candidate: &mut crate::process::HarnessProcess,
     limit: std::time::Duration,
     iteration_ms: f64,
     synchronize_each: bool,
-    length: BatchLength,
 ) -> Result<Option<(f64, u32)>, Stop> {
     let target_ms = if synchronize_each {
         SYNCED_BATCH_TARGET_MS
     } else {
         OUTSIDE_BATCH_TARGET_MS
     };
-    let count = batch_count(iteration_ms, target_ms, length);
+    let count = batch_count(iteration_ms, target_ms);
     let mut least_ms = |count: u32| -> Result<f64, Stop> {
         let mut least = f64::INFINITY;
         for _ in 0..OUTSIDE_BATCHES {
