@@ -118,14 +118,58 @@ def model_in_float64(torch, model, bits=None, mode=None):
 
 def run_float64(torch, model, inputs, bits=None, mode=None):
     """The reference's outputs computed in float64 (operands rounded first when asked)."""
-    from crucible_harness import common
+    return run_float64_on(torch, model, lambda: inputs, bits, mode)
 
+
+def run_float64_on(torch, model, draw, bits=None, mode=None):
+    """`run_float64` on the inputs `draw()` gives: what it gives is let go once converted to
+    float64, so inputs drawn for the forward alone are not held beside it."""
     model64 = model_in_float64(torch, model, bits, mode)
-    args = [operand(torch, x, bits, mode) for x in inputs]
+    args = [operand(torch, x, bits, mode) for x in draw()]
     with torch.no_grad():
         outputs = common.as_output_list(torch, model64(*args))
     del model64, args
     return outputs
+
+
+class Held:
+    """A trial's pristine inputs and expected outputs, held by the caller for the measurement."""
+
+    def __init__(self, inputs, expected):
+        self._inputs = inputs
+        self._expected = expected
+
+    def inputs(self):
+        return self._inputs
+
+    def expected(self):
+        return self._expected
+
+
+class DrawnAgain:
+    """A trial's pristine inputs and expected outputs drawn again from its seed each time they
+    are asked for (`draw()` gives the inputs; the reference's forward on a draw of its own, the
+    expected outputs: the forward may change its inputs), and held only while used. A large
+    trial's measurement then runs each float64 forward beside neither: on 23_Softmax's 1.6e9
+    elements they were 12 of the 54 GiB the referee held in each float64 forward (beside the
+    float64 reference, the candidate's outputs and the forward's float64 operands and outputs),
+    which ran out of memory beside any other evaluation on an 80 GiB H100. The price is a
+    draw per forward and a reference forward per emulation source, each a fraction of one
+    float64 forward. A reference whose forward is not deterministic (atomics) gives expected
+    outputs as far from each other as its runs are, which is what the measurement's figure
+    for the reference describes anyway."""
+
+    def __init__(self, torch, model, draw):
+        self._torch = torch
+        self._model = model
+        self._draw = draw
+
+    def inputs(self):
+        return self._draw()
+
+    def expected(self):
+        with self._torch.no_grad():
+            return common.as_output_list(self._torch, self._model(*self._draw()))
 
 
 def flat_pairs(torch, tensors):
@@ -300,9 +344,15 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None, ah
     the reason when the measurement cannot be made; every other exception is the caller's to
     turn into one too.
     """
+    return measure_trial(torch, model, Held(inputs, expected), got, budget_s, sync, ahead)
+
+
+def measure_trial(torch, model, trial, got, budget_s, sync=lambda: None, ahead=None):
+    """`measure`, with the trial's inputs and expected outputs given by `trial` (`Held` or
+    `DrawnAgain`); running out of memory anywhere, a draw included, is `out_of_memory`."""
     errors = []
     try:
-        return measure_all(torch, model, inputs, expected, got, budget_s, sync, errors, ahead)
+        return measure_all(torch, model, trial, got, budget_s, sync, errors, ahead)
     except torch.OutOfMemoryError as exc:
         raise out_of_memory(exc, errors) from exc
     except Unmeasured as exc:
@@ -310,12 +360,23 @@ def measure(torch, model, inputs, expected, got, budget_s, sync=lambda: None, ah
         raise
 
 
-def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors, ahead=None):
-    """`measure`, appending to `errors` as they are known."""
-    started = time.perf_counter()
-    ref64 = None if ahead is None else ahead.ref64
-    outputs, ref64 = float64_errors(torch, model, inputs, expected, got, errors, sync, ref64)
-    elapsed = time.perf_counter() - started if ahead is None else ahead.elapsed_s
+def measure_all(torch, model, trial, got, budget_s, sync, errors, ahead=None):
+    """`measure_trial`, appending to `errors` as they are known. Each float64 forward runs
+    before the expected outputs its statistics need are asked for, and those are let go before
+    the next forward runs (`DrawnAgain`)."""
+    # The candidate's outputs have the expected outputs' dtypes (the referee's slots are made
+    # like them), so a drawn trial learns there is nothing to measure before any forward.
+    if not any(x.is_floating_point() for x in got):
+        raise Unmeasured("the task has no floating-point output")
+    if ahead is None:
+        started = time.perf_counter()
+        ref64 = run_float64_on(torch, model, trial.inputs)
+        sync()
+        elapsed = time.perf_counter() - started
+    else:
+        ref64, elapsed = ahead.ref64, ahead.elapsed_s
+    expected = trial.expected()
+    outputs = float64_errors(torch, ref64, expected, got, errors)
     if over_budget(elapsed, budget_s):
         raise Unmeasured(
             f"the float64 reference took {elapsed:.1f} s; with its {len(OPERAND_ROUNDINGS)} "
@@ -324,14 +385,18 @@ def measure_all(torch, model, inputs, expected, got, budget_s, sync, errors, ahe
     # Every emulation's numbers stay on the device until all are computed: one fetch in all.
     pending = []
     rounded = None if ahead is None else ahead.rounded
-    for source, derived in emulation_sources(torch, model, inputs, ref64, rounded):
+    for source, derived in emulation_sources(torch, model, trial.inputs, ref64, rounded):
+        if expected is None:
+            expected = trial.expected()
         for out in outputs:
             j = out["index"]
             sums = emulation_sums(torch, ref64[j], got[j], expected[j], source[j], derived)
             n = SUMS_PER_EMULATION
             pending.extend((out, name, sums[n * k : n * (k + 1)]) for k, (name, _bits) in enumerate(derived))
-        # Let go of this forward's outputs before the next forward runs, not after it.
+        # Let go of this forward's outputs, and of expected outputs drawn again, before the
+        # next forward runs, not after it.
         del source
+        expected = None
     if pending:
         fetched = iter(torch.cat([sums for _out, _name, sums in pending]).tolist())
         for out, name, _sums in pending:
@@ -349,16 +414,13 @@ def over_budget(elapsed_s, budget_s):
     return elapsed_s * FORWARDS > budget_s
 
 
-def float64_errors(torch, model, inputs, expected, got, errors, sync, ref64=None):
-    """The float64 reference (computed here unless given) and each floating-point output's
-    errors against it (appended to `errors` as they are known, so that they outlive an
-    `Unmeasured` raised here)."""
+def float64_errors(torch, ref64, expected, got, errors):
+    """Each floating-point output's errors against the float64 reference `ref64`, appended to
+    `errors` as they are known (so that they outlive an `Unmeasured` raised here), and the
+    measurement's outputs, their emulations still to come."""
     floating = [j for j, e in enumerate(expected) if e.is_floating_point()]
     if not floating:
         raise Unmeasured("the task has no floating-point output")
-    if ref64 is None:
-        ref64 = run_float64(torch, model, inputs)
-        sync()
     if len(ref64) != len(expected):
         raise Unmeasured(f"the float64 reference returned {len(ref64)} outputs, the reference {len(expected)}")
     outputs = []
@@ -385,7 +447,7 @@ def float64_errors(torch, model, inputs, expected, got, errors, sync, ref64=None
                 "emulations": [],
             }
         )
-    return outputs, ref64
+    return outputs
 
 
 def round_output(torch, value, bits):
@@ -395,15 +457,15 @@ def round_output(torch, value, bits):
     return round_mantissa(torch, value, bits, "nearest").to(torch.float64)
 
 
-def emulation_sources(torch, model, inputs, ref64, rounded=None):
+def emulation_sources(torch, model, draw, ref64, rounded=None):
     """Yields `(outputs, emulations)`: the outputs of one float64 computation (the float64
-    reference itself, then one forward per operand rounding, taken out of `rounded` where it
-    holds them by name) and the emulations derived from them, each `(name, bits)`: those
-    outputs (`bits` None) or those outputs rounded to `bits`. In `emulations`' order; a
-    yielded list is valid until the next one is asked for."""
+    reference itself, then one forward per operand rounding on the inputs `draw()` gives, taken
+    out of `rounded` where it holds them by name) and the emulations derived from them, each
+    `(name, bits)`: those outputs (`bits` None) or those outputs rounded to `bits`. In
+    `emulations`' order; a yielded list is valid until the next one is asked for."""
     yield ref64, list(OUTPUT_ROUNDINGS)
     for name, bits, mode, with_output in OPERAND_ROUNDINGS:
-        outputs = rounded.pop(name) if rounded is not None else run_float64(torch, model, inputs, bits, mode)
+        outputs = rounded.pop(name) if rounded is not None else run_float64_on(torch, model, draw, bits, mode)
         yield outputs, [(name, None)] + ([(f"{name}+out", bits)] if with_output else [])
         del outputs
 
@@ -411,7 +473,7 @@ def emulation_sources(torch, model, inputs, ref64, rounded=None):
 def emulations(torch, model, inputs, ref64):
     """Yields `(name, outputs)` for every emulation (one float64 forward per operand rounding);
     a yielded list is valid until the next one is asked for."""
-    for outputs, derived in emulation_sources(torch, model, inputs, ref64):
+    for outputs, derived in emulation_sources(torch, model, lambda: inputs, ref64):
         for name, bits in derived:
             yield name, outputs if bits is None else [round_output(torch, o, bits) for o in outputs]
 

@@ -492,22 +492,6 @@ class Referee:
             self.release_device_memory()
         return {"precomputed": precomputed, "seconds": ahead.seconds, "error": ahead.error}
 
-    def redraw(self, seed):
-        """A trial's pristine inputs and expected outputs again, as `prepare` made them: the
-        same draw from its seed, then the reference's forward on a draw of its own (the forward
-        may change its inputs). A reference whose forward is not deterministic (atomics) gives
-        outputs as far from the first as its runs are from each other, which is what the
-        measurement's own figure for the reference describes anyway."""
-        torch = self.torch
-        try:
-            drawn = self.draw_inputs(seed)
-            with torch.no_grad():
-                expected = common.as_output_list(torch, self.model(*drawn))
-            del drawn
-            return self.draw_inputs(seed), expected
-        except torch.OutOfMemoryError as exc:
-            raise precision.out_of_memory(exc) from exc
-
     def settle(self):
         """Waits for any work begun on a thread, so that a request never overlaps it."""
         if self.ahead is not None:
@@ -556,10 +540,13 @@ class Referee:
         def sync():
             common.sync(torch, self.device)
 
+        if redrawn:
+            # The same draws from the seed as `prepare` made, each held only while used.
+            trial = precision.DrawnAgain(torch, self.model, lambda: self.draw_inputs(seed))
+        else:
+            trial = precision.Held(inputs, expected)
         try:
-            if redrawn:
-                inputs, expected = self.redraw(seed)
-            outputs, errors = precision.measure(torch, self.model, inputs, expected, got, msg["budget_s"], sync, ahead)
+            outputs, errors = precision.measure_trial(torch, self.model, trial, got, msg["budget_s"], sync, ahead)
             return precision_reply(outputs=outputs, errors=errors)
         except precision.Unmeasured as exc:
             out_of_memory = exc.out_of_memory
@@ -578,7 +565,7 @@ class Referee:
             why = f"the float64 reference could not be computed: {type(exc).__name__}: {exc}"
             return precision_reply(unmeasured=why)
         finally:
-            del inputs, expected, got, ahead
+            del inputs, expected, got, ahead, trial
             if large or out_of_memory:
                 self.release_device_memory()
 

@@ -1,6 +1,7 @@
 """The referee's float64 error measures (`precision.py`): their values against a direct
 computation, over slices and non-finite elements, and fetched from the device once."""
 
+import gc
 import math
 
 import pytest
@@ -153,7 +154,7 @@ def test_forwards_computed_ahead_measure_the_same_numbers_without_running_again(
     ahead = precision.Ahead(torch, "trial_0", model, inputs, 60, lambda: None).wait()
     assert ahead is not None and sorted(ahead.rounded) == ["rn10", "rn7", "rz10"]
     forwards = []
-    monkeypatch.setattr(precision, "run_float64", lambda *args: forwards.append(args))
+    monkeypatch.setattr(precision, "run_float64_on", lambda *args: forwards.append(args))
     fetches = no_per_value_transfers(monkeypatch)
     assert precision.measure(torch, model, inputs, expected, got, budget_s=60, ahead=ahead) == alone
     assert forwards == []
@@ -197,3 +198,90 @@ def test_operands_rounded_slice_by_slice_are_rounded_as_a_whole(monkeypatch, bit
     assert torch.equal(sliced.nan_to_num(), whole.nan_to_num())
     assert torch.isnan(sliced[0, 0]) and sliced[3, 4] == math.inf
     assert torch.equal(precision.operand(torch, x).nan_to_num(), x.double().nan_to_num())  # unrounded
+
+
+# --- memory: a trial drawn again holds neither its inputs nor its expected outputs in a forward ---
+
+# (the dtype of a float64 forward's first operand, or "sums" for an emulation's statistics, and
+# the bytes of the large tensors alive then): filled by `_Watched` and `_watch_sums`.
+SEEN = []
+
+
+def _large_bytes_alive(floor):
+    """The bytes of every tensor storage of `floor` bytes or more that Python still holds."""
+    storages = {}
+    for obj in gc.get_objects():
+        # `type`, not `isinstance`: the latter reads `__class__`, which deprecated objects warn on.
+        if issubclass(type(obj), torch.Tensor):
+            storage = obj.untyped_storage()
+            if storage.nbytes() >= floor:
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+class _Watched(torch.nn.Module):
+    """A row softmax that notes what is alive at each forward, its output included (`SEEN` is
+    global: the float64 forwards run on a deep copy of the model)."""
+
+    def __init__(self, floor):
+        super().__init__()
+        self.floor = floor
+
+    def forward(self, x):
+        out = torch.softmax(x, dim=-1)
+        SEEN.append((x.dtype, _large_bytes_alive(self.floor)))
+        return out
+
+
+def _watch_sums(monkeypatch, floor):
+    sums = precision.emulation_sums
+
+    def watched(*args):
+        SEEN.append(("sums", _large_bytes_alive(floor)))
+        return sums(*args)
+
+    monkeypatch.setattr(precision, "emulation_sums", watched)
+
+
+def test_a_trial_drawn_again_holds_neither_inputs_nor_expected_outputs_beside_a_float64_forward(monkeypatch):
+    """With its inputs and expected outputs held, the largest moment of a measurement is a
+    rounded forward: those two, the candidate's outputs, the float64 reference and the
+    forward's float64 operand and output, 36 bytes an element for a float32 task (23_Softmax:
+    54 GiB, with the share pool's 12 beside it more than an 80 GiB H100 had beside any other
+    evaluation). Drawn again, 28, and no more anywhere; the same numbers to the bit."""
+    rows, cols = 64, 4096
+    n = rows * cols
+    floor = n * 4 // 2  # a float32 output's bytes and more, never a statistic's slice of it
+
+    def draw():
+        return [torch.randn(rows, cols, generator=torch.Generator().manual_seed(3))]
+
+    model = _Watched(floor)
+    with torch.no_grad():
+        expected = model(*draw())
+    got = [expected.to(torch.bfloat16).to(torch.float32)]
+    _watch_sums(monkeypatch, floor)
+
+    SEEN.clear()
+    held = precision.measure(torch, model, draw(), [expected], got, budget_s=60)
+    held_seen = list(SEEN)
+    del expected
+    SEEN.clear()
+    draws = []
+
+    def counted_draw():
+        draws.append(1)
+        return draw()
+
+    drawn = precision.measure_trial(torch, model, precision.DrawnAgain(torch, model, counted_draw), got, 60)
+    drawn_seen = list(SEEN)
+
+    assert drawn == held
+    forwards64 = [alive for what, alive in drawn_seen if what == torch.float64]
+    assert len(forwards64) == precision.FORWARDS
+    assert max(alive for _what, alive in held_seen) == 36 * n
+    assert max(alive for _what, alive in drawn_seen) == 28 * n
+    assert forwards64[0] == 20 * n  # the float64 reference: the candidate's outputs beside it
+    # A draw per float64 forward, and per emulation source for the expected outputs, the first
+    # source (the float64 reference itself) sharing the draw the errors against it made.
+    assert len(draws) == 2 * precision.FORWARDS

@@ -243,10 +243,10 @@ def _kept_trial_measured(ref, ahead, monkeypatch):
         assert waited["precomputed"] and waited["error"] is None, waited
     assert ref.check({"trial": "trial_0", "keep": True, "precision": True})["problems"] == []
     forwards = []
-    run_float64 = precision.run_float64
-    monkeypatch.setattr(precision, "run_float64", lambda *a: forwards.append(a) or run_float64(*a))
+    run_float64 = precision.run_float64_on
+    monkeypatch.setattr(precision, "run_float64_on", lambda *a: forwards.append(a) or run_float64(*a))
     measured = ref.measure_precision({"budget_s": 60})
-    monkeypatch.setattr(precision, "run_float64", run_float64)
+    monkeypatch.setattr(precision, "run_float64_on", run_float64)
     return measured, len(forwards)
 
 
