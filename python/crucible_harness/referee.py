@@ -795,6 +795,20 @@ def main():
 MEMORY_TRACE_ENV = "CRUCIBLE_REFEREE_MEMORY_TRACE"
 
 
+def live_tensor_bytes(torch, floor=0):
+    """The bytes of every tensor storage of `floor` bytes or more that Python holds now (on the
+    CPU, where torch keeps no allocator statistics)."""
+    gc.collect()
+    storages = {}
+    for obj in gc.get_objects():
+        # `type`, not `isinstance`: the latter reads `__class__`, on which deprecated objects warn.
+        if issubclass(type(obj), torch.Tensor):
+            storage = obj.untyped_storage()
+            if storage.nbytes() >= floor:
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
 def memory_held(referee):
     """What this referee and its device hold now, in bytes: on a GPU torch's allocated and
     reserved memory (every pool), the reserve of the pool the candidate maps over CUDA IPC, and
@@ -802,13 +816,7 @@ def memory_held(referee):
     torch = referee.torch
     device = getattr(referee, "device", "cpu")
     if not device.startswith("cuda"):
-        gc.collect()
-        storages = {}
-        for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor):
-                storage = obj.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-        return {"live_tensor_bytes": sum(storages.values())}
+        return {"live_tensor_bytes": live_tensor_bytes(torch)}
     free, total = torch.cuda.mem_get_info()
     held = {
         "allocated": torch.cuda.memory_allocated(),

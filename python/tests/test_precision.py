@@ -1,7 +1,6 @@
 """The referee's float64 error measures (`precision.py`): their values against a direct
 computation, over slices and non-finite elements, and fetched from the device once."""
 
-import gc
 import math
 
 import pytest
@@ -9,6 +8,7 @@ import torch
 from test_compare import no_per_value_transfers
 
 from crucible_harness import precision
+from crucible_harness.referee import live_tensor_bytes
 
 
 def direct(ref, x):
@@ -207,18 +207,6 @@ def test_operands_rounded_slice_by_slice_are_rounded_as_a_whole(monkeypatch, bit
 SEEN = []
 
 
-def _large_bytes_alive(floor):
-    """The bytes of every tensor storage of `floor` bytes or more that Python still holds."""
-    storages = {}
-    for obj in gc.get_objects():
-        # `type`, not `isinstance`: the latter reads `__class__`, which deprecated objects warn on.
-        if issubclass(type(obj), torch.Tensor):
-            storage = obj.untyped_storage()
-            if storage.nbytes() >= floor:
-                storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
 class _Watched(torch.nn.Module):
     """A row softmax that notes what is alive at each forward, its output included (`SEEN` is
     global: the float64 forwards run on a deep copy of the model)."""
@@ -229,7 +217,7 @@ class _Watched(torch.nn.Module):
 
     def forward(self, x):
         out = torch.softmax(x, dim=-1)
-        SEEN.append((x.dtype, _large_bytes_alive(self.floor)))
+        SEEN.append((x.dtype, live_tensor_bytes(torch, self.floor)))
         return out
 
 
@@ -237,7 +225,7 @@ def _watch_sums(monkeypatch, floor):
     sums = precision.emulation_sums
 
     def watched(*args):
-        SEEN.append(("sums", _large_bytes_alive(floor)))
+        SEEN.append(("sums", live_tensor_bytes(torch, floor)))
         return sums(*args)
 
     monkeypatch.setattr(precision, "emulation_sums", watched)
