@@ -165,6 +165,14 @@ pub struct Engine {
     /// Tasks of `alone_tasks` whose evaluation ran out of memory again beside the pool's
     /// waiting pairs: they clear the device of those too ([`Alone::ClearDevice`]).
     clearing_tasks: crucible_judge::LargeTasks,
+    /// Large tasks whose evaluation ran out of memory beside other evaluations once: theirs run
+    /// one at a time (each holds `one_large_at_a_time` from taking its processes to its end),
+    /// beside other tasks' evaluations. Two of them at once are what a device holds least
+    /// well: a 23_Softmax evaluation keeps its kept outputs and shared tensors between its
+    /// large phases, which the gate's large share bounds one at a time. One that runs out of
+    /// memory again this way joins `alone_tasks`.
+    one_at_a_time_tasks: crucible_judge::LargeTasks,
+    one_large_at_a_time: Mutex<()>,
     reaper: Arc<reaper::Reaper>,
 }
 
@@ -273,6 +281,8 @@ impl Engine {
             alone: RwLock::new(()),
             alone_tasks: crucible_judge::LargeTasks::new(),
             clearing_tasks: crucible_judge::LargeTasks::new(),
+            one_at_a_time_tasks: crucible_judge::LargeTasks::new(),
+            one_large_at_a_time: Mutex::new(()),
             reaper,
         })
     }
@@ -380,13 +390,36 @@ impl Engine {
         } else {
             self.waiting_pairs_sharing()
         };
+        let one_at_a_time = shared_device && self.one_at_a_time_tasks.contains(task.0, task.1);
         let shared = self.alone.read();
-        let result = run(&cfg, &mut || self.take_workers());
+        let mut apart = None;
+        let mut result = run(&cfg, &mut || {
+            // Taken with the processes (after the static verifier), never before the read
+            // claim above: a run alone waits for this evaluation, not the other way round.
+            if one_at_a_time && apart.is_none() {
+                apart = Some(
+                    self.one_large_at_a_time
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()),
+                );
+            }
+            self.take_workers()
+        });
+        let ran_apart = apart.take().is_some();
         drop(shared);
+        if ran_apart {
+            result.findings.push(Finding::new(
+                "ran-one-large-at-a-time",
+                Severity::Info,
+                "an earlier evaluation of this task ran out of device memory beside other \
+                 evaluations (its trials' tensors are large for this device), so this one ran \
+                 with no other evaluation of such a task beside it",
+            ));
+        }
         if control.is_cancelled() {
             return result;
         }
-        self.retry_what_sharing_failed(&cfg, &run, task, control, result)
+        self.retry_what_sharing_failed(&cfg, &run, task, control, result, ran_apart)
     }
 
     /// Makes `cfg` the judge's configuration for `job` (its options, its deadline, this
@@ -412,8 +445,9 @@ impl Engine {
         Ok(task_path)
     }
 
-    /// `result` of an evaluation run beside others (as `cfg.device_sharing` says), or, where
-    /// what it ran beside may have failed it, the evaluation run again with fewer beside it.
+    /// `result` of an evaluation run beside others (as `cfg.device_sharing` says; `ran_apart`:
+    /// with no other large task's beside it), or, where what it ran beside may have failed it,
+    /// the evaluation run again with fewer beside it.
     fn retry_what_sharing_failed(
         &self,
         cfg: &EvalConfig,
@@ -421,6 +455,7 @@ impl Engine {
         task: (&str, Option<&str>),
         control: &Control,
         result: EvalResult,
+        ran_apart: bool,
     ) -> EvalResult {
         match cfg.device_sharing {
             DeviceSharing::WaitingProcesses if judge_ran_out_of_memory(&result) => {
@@ -436,9 +471,15 @@ impl Engine {
                 // whose own work is large there will not fit beside others next time either,
                 // and its first attempts fail the evaluations beside them too (an 80 GiB H100:
                 // with each correct 23_Softmax, the three matmuls beside it ran out of memory).
+                // First one large task's evaluation at a time, beside the others; alone once
+                // that ran out of memory too.
                 let large = self.is_large(task);
                 if large && ran_out_of_memory(&result) {
-                    self.alone_tasks.insert(task.0, task.1);
+                    if ran_apart {
+                        self.alone_tasks.insert(task.0, task.1);
+                    } else {
+                        self.one_at_a_time_tasks.insert(task.0, task.1);
+                    }
                 }
                 // A small task failed beside a large one: the pool's pairs never were the
                 // trouble, and killing them costs the next evaluations their start-up (an 80
@@ -497,9 +538,9 @@ impl Engine {
                 "ran-alone",
                 Severity::Info,
                 format!(
-                    "an earlier evaluation of this task ran out of device memory beside other \
-                     evaluations (its trials' tensors are large for this device), so this one \
-                     ran with {}",
+                    "earlier evaluations of this task ran out of device memory beside other \
+                     evaluations, the last with no other large task's beside it (its trials' \
+                     tensors are large for this device), so this one ran with {}",
                     match alone {
                         Alone::AmongEvaluations => "no other evaluation beside it",
                         Alone::ClearDevice =>

@@ -518,20 +518,24 @@ fn lets_the_gpu_go_during(stage: &str) {
     );
 }
 
+/// Findings that say how an evaluation shared the device: a retry alone, a run alone, a run
+/// with no other large task's evaluation beside it.
+fn sharing_codes(result: &EvalResult) -> Vec<String> {
+    result
+        .findings
+        .iter()
+        .map(|f| f.code.clone())
+        .filter(|code| code.ends_with("-alone") || code == "ran-one-large-at-a-time")
+        .collect()
+}
+
 /// A task whose own trials are large work, and whose evaluation ran out of memory beside other
-/// evaluations, runs alone from then on (on an 80 GiB H100 each correct 23_Softmax failed beside
+/// evaluations, runs one at a time among large tasks' evaluations from then on, and alone once
+/// it ran out of memory that way too (on an 80 GiB H100 each correct 23_Softmax failed beside
 /// three matmuls, and they beside it); a retry that large work did not follow marks nothing.
 #[test]
-fn a_large_task_that_ran_out_of_memory_beside_others_runs_alone_from_then_on() {
+fn a_large_task_that_ran_out_of_memory_beside_others_runs_apart_then_alone() {
     let Some(runtime) = runtime() else { return };
-    let codes = |result: &EvalResult| -> Vec<String> {
-        result
-            .findings
-            .iter()
-            .map(|f| f.code.clone())
-            .filter(|code| code.ends_with("-alone"))
-            .collect()
-    };
     let options = EngineOptions {
         concurrency: 2,
         warm_pool: false,
@@ -545,26 +549,101 @@ fn a_large_task_that_ran_out_of_memory_beside_others_runs_alone_from_then_on() {
             base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
         }
         let engine = engine(&runtime, options, tuning);
-        let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 1));
-        assert_eq!(oom.verdict, Verdict::RuntimeError, "{:#?}", oom.failure);
-        assert_eq!(codes(&oom), ["retried-alone"]);
-        let same_task = engine.evaluate(&job("task_relu.py", "honest_relu.py", 2));
-        assert_eq!(
-            same_task.verdict,
-            Verdict::Correct,
-            "{:#?}",
-            same_task.failure
-        );
-        let expected: &[&str] = if marked { &["ran-alone"] } else { &[] };
-        assert_eq!(codes(&same_task), expected, "large work {large_work_bytes}");
-        let other_task = engine.evaluate(&job("task_wide_softmax.py", "honest_wide_softmax.py", 3));
+        let honest = |seed| {
+            let result = engine.evaluate(&job("task_relu.py", "honest_relu.py", seed));
+            assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+            sharing_codes(&result)
+        };
+        let out_of_memory = |seed| {
+            let result = engine.evaluate(&job("task_relu.py", "out_of_memory.py", seed));
+            assert_eq!(
+                result.verdict,
+                Verdict::RuntimeError,
+                "{:#?}",
+                result.failure
+            );
+            sharing_codes(&result)
+        };
+        assert_eq!(out_of_memory(1), ["retried-alone"]);
+        if marked {
+            assert_eq!(honest(2), ["ran-one-large-at-a-time"]);
+            assert_eq!(out_of_memory(3), ["retried-alone"]);
+            assert_eq!(honest(4), ["ran-alone"]);
+        } else {
+            assert_eq!(
+                honest(2),
+                Vec::<String>::new(),
+                "large work {large_work_bytes}"
+            );
+        }
+        let other_task = engine.evaluate(&job("task_wide_softmax.py", "honest_wide_softmax.py", 5));
         assert_eq!(
             other_task.verdict,
             Verdict::Correct,
             "{:#?}",
             other_task.failure
         );
-        assert_eq!(codes(&other_task), Vec::<String>::new());
+        assert_eq!(sharing_codes(&other_task), Vec::<String>::new());
+    }
+}
+
+/// Two evaluations of a task that runs one at a time among large tasks' evaluations: the
+/// second takes its processes only once the first ended, while another task's evaluation runs
+/// beside the first from start to end.
+#[test]
+fn a_task_run_one_at_a_time_waits_for_its_own_kind_only() {
+    let Some(runtime) = runtime() else { return };
+    let options = EngineOptions {
+        concurrency: 3,
+        warm_pool: false,
+        ..EngineOptions::default()
+    };
+    let mut tuning = tuning(None);
+    if let Some(base) = tuning.base.as_mut() {
+        // Every trial is large work on the CPU here; the held candidate's file access is
+        // refused by the static verifier, rightly: this tests the engine.
+        base.large_work_bytes = 1;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+        base.verify_policy = None;
+    }
+    let engine = engine(&runtime, options, tuning);
+    let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 1));
+    assert_eq!(sharing_codes(&oom), ["retried-alone"]);
+
+    let marker = format!("held-relu-{}", std::process::id());
+    let mut held = job("task_relu.py", "honest_relu.py", 2);
+    held.candidate_source = fixture("held_relu.py").replace("@MARKER@", &marker);
+    let second = job("task_relu.py", "honest_relu.py", 3);
+    let other = job("task_wide_softmax.py", "honest_wide_softmax.py", 4);
+    let second_control = crucible_worker::engine::Control::new();
+    let (first, second, other, second_stage_then) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| engine.evaluate(&held));
+        let in_trial = wait_for_scratch_file(&marker, Duration::from_secs(120))
+            .expect("the held candidate reached its first forward");
+        let second = scope.spawn(|| engine.evaluate_controlled(&second, &second_control));
+        let other = engine.evaluate(&other);
+        // The other task's evaluation ran from start to end beside the held one; the second
+        // of the held task's kind has not started a trial (nor any stage: it waits to take its
+        // processes, and the static verifier is off).
+        let second_stage_then = (!second.is_finished()).then(|| second_control.stage());
+        std::fs::create_dir(in_trial.with_file_name(format!("{marker}-go"))).expect("go");
+        (
+            first.join().expect("the held evaluation"),
+            second.join().expect("the second evaluation"),
+            other,
+            second_stage_then,
+        )
+    });
+    assert_eq!(other.verdict, Verdict::Correct, "{:#?}", other.failure);
+    assert_eq!(sharing_codes(&other), Vec::<String>::new());
+    assert_eq!(
+        second_stage_then,
+        Some(None),
+        "the second evaluation (Some: not finished; its stage) while the first held its trial"
+    );
+    for result in [&first, &second] {
+        assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+        assert_eq!(sharing_codes(result), ["ran-one-large-at-a-time"]);
     }
 }
 
@@ -617,11 +696,15 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
         alone(result).into_iter().map(|(code, _)| code).collect()
     };
 
-    // Out of memory beside others: retried with the device cleared, and marked.
-    let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 1));
-    assert_eq!(oom.verdict, Verdict::RuntimeError, "{:#?}", oom.failure);
-    assert_eq!(codes(&oom), ["retried-alone"]);
-    assert_eq!(made_way(), 1);
+    // Out of memory beside others: retried with the device cleared, and marked to run apart
+    // from other large tasks' evaluations; out of memory that way too: retried so again, and
+    // marked to run alone.
+    for (seed, made_way_then) in [(1, 1), (11, 2)] {
+        let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", seed));
+        assert_eq!(oom.verdict, Verdict::RuntimeError, "{:#?}", oom.failure);
+        assert_eq!(codes(&oom), ["retried-alone"]);
+        assert_eq!(made_way(), made_way_then);
+    }
 
     // The task's next evaluation: no other evaluation beside it, the pool's pairs stay.
     let honest = engine.evaluate(&job("task_relu.py", "honest_relu.py", 2));
@@ -633,7 +716,7 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
         found[0].1.contains("no other evaluation beside it"),
         "{found:?}"
     );
-    assert_eq!(made_way(), 1, "the pool kept its pairs");
+    assert_eq!(made_way(), 2, "the pool kept its pairs");
 
     // Refused by the static verifier: it never took the device, so it never ran alone.
     let refused = engine.evaluate(&job("task_relu.py", "syntax_error.py", 3));
@@ -648,7 +731,7 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
         Some("verify")
     );
     assert_eq!(codes(&refused), Vec::<String>::new());
-    assert_eq!(made_way(), 1);
+    assert_eq!(made_way(), 2);
 
     // Out of memory again beside the pool's pairs: retried with the device cleared ...
     let oom_again = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 4));
@@ -659,7 +742,7 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
         oom_again.failure
     );
     assert_eq!(codes(&oom_again), ["retried-alone", "ran-alone"]);
-    assert_eq!(made_way(), 2);
+    assert_eq!(made_way(), 3);
 
     // ... and the task clears it from the start from then on.
     let cleared = engine.evaluate(&job("task_relu.py", "honest_relu.py", 5));
@@ -667,7 +750,7 @@ fn a_task_run_alone_clears_the_pools_pairs_only_once_it_ran_out_of_memory_beside
     let found = alone(&cleared);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].1.contains("the device to itself"), "{found:?}");
-    assert_eq!(made_way(), 3);
+    assert_eq!(made_way(), 4);
 }
 
 /// A small task retried after failing beside others runs with no other evaluation beside it,

@@ -680,6 +680,9 @@ struct Row {
     pairs_dropped_to_run_alone: Option<usize>,
     /// Run alone from the start (`ran-alone`: its task ran out of memory beside others before).
     ran_alone: bool,
+    /// Run with no other large task's evaluation beside it (`ran-one-large-at-a-time`: its
+    /// task ran out of memory beside others once).
+    ran_one_large_at_a_time: bool,
     /// CPU seconds of its processes, `[referee, candidate]`: in all, and the part they had
     /// used when taken from the pool (their start-up).
     cpu_s: Option<[f64; 2]>,
@@ -1212,6 +1215,10 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
         retried_alone,
         pairs_dropped_to_run_alone: seen.pairs_dropped_to_run_alone,
         ran_alone: result.findings.iter().any(|f| f.code == "ran-alone"),
+        ran_one_large_at_a_time: result
+            .findings
+            .iter()
+            .any(|f| f.code == "ran-one-large-at-a-time"),
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
         precision_ahead_s: result.precision.as_ref().and_then(|p| p.forwards_ahead_s),
@@ -1226,7 +1233,11 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
                 f.severity >= crucible_result::Severity::Flag
                     || matches!(
                         f.code.as_str(),
-                        "retried-alone" | "ran-alone" | "precision-retried" | "timing-rechecked"
+                        "retried-alone"
+                            | "ran-alone"
+                            | "ran-one-large-at-a-time"
+                            | "precision-retried"
+                            | "timing-rechecked"
                     )
             })
             .map(|f| format!("{:?} {}: {}", f.severity, f.code, f.message))
@@ -1531,11 +1542,17 @@ impl Measured {
         let said_hello = self.rows.iter().filter(|r| r.said_hello).count();
         let retried = self.rows.iter().filter(|r| r.retried_alone).count();
         let ran_alone = self.rows.iter().filter(|r| r.ran_alone).count();
+        let apart = self
+            .rows
+            .iter()
+            .filter(|r| r.ran_one_large_at_a_time)
+            .count();
         println!(
             "  prestarted pairs used: {prestarted}/{n} ({said_hello} had said hello when taken); \
              reference cache: {} hits, {} measured; retried alone after a shared-device fault: \
              {retried}; ran alone from the start (their task ran out of memory beside others \
-             before): {ran_alone}",
+             before): {ran_alone}; ran with no other large task's evaluation beside them: \
+             {apart}",
             self.cache.0, self.cache.1
         );
         if self.launchers.0 > 0 {
@@ -1778,6 +1795,7 @@ impl Measured {
                 "retried_alone": row.retried_alone,
                 "pairs_dropped_to_run_alone": row.pairs_dropped_to_run_alone,
                 "ran_alone": row.ran_alone,
+                "ran_one_large_at_a_time": row.ran_one_large_at_a_time,
                 "cpu_s": row.cpu_s,
                 "start_cpu_s": row.start_cpu_s,
                 "stages": row.stages,
