@@ -530,7 +530,7 @@ fn sharing_codes(result: &EvalResult) -> Vec<String> {
 }
 
 /// A task whose own trials are large work, and whose evaluation ran out of memory beside other
-/// evaluations, runs one at a time among large tasks' evaluations from then on, and alone once
+/// evaluations, runs one at a time among such tasks' evaluations from then on, and alone once
 /// it ran out of memory that way too (on an 80 GiB H100 each correct 23_Softmax failed beside
 /// three matmuls, and they beside it); a retry that large work did not follow marks nothing.
 #[test]
@@ -587,7 +587,7 @@ fn a_large_task_that_ran_out_of_memory_beside_others_runs_apart_then_alone() {
     }
 }
 
-/// Two evaluations of a task that runs one at a time among large tasks' evaluations: the
+/// Two evaluations of a task that runs one at a time among such tasks' evaluations: the
 /// second takes its processes only once the first ended, while another task's evaluation runs
 /// beside the first from start to end.
 #[test]
