@@ -392,12 +392,12 @@ impl Engine {
         };
         let one_at_a_time = shared_device && self.one_at_a_time_tasks.contains(task.0, task.1);
         let shared = self.alone.read();
-        let mut apart = None;
+        let mut one_at_a_time_guard = None;
         let mut result = run(&cfg, &mut || {
             // Taken with the processes (after the static verifier), never before the read
             // claim above: a run alone waits for this evaluation, not the other way round.
-            if one_at_a_time && apart.is_none() {
-                apart = Some(
+            if one_at_a_time && one_at_a_time_guard.is_none() {
+                one_at_a_time_guard = Some(
                     self.one_large_at_a_time
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()),
@@ -405,9 +405,9 @@ impl Engine {
             }
             self.take_workers()
         });
-        let ran_apart = apart.take().is_some();
+        let ran_one_at_a_time = one_at_a_time_guard.take().is_some();
         drop(shared);
-        if ran_apart {
+        if ran_one_at_a_time {
             result.findings.push(Finding::new(
                 "ran-one-large-at-a-time",
                 Severity::Info,
@@ -419,7 +419,7 @@ impl Engine {
         if control.is_cancelled() {
             return result;
         }
-        self.retry_what_sharing_failed(&cfg, &run, task, control, result, ran_apart)
+        self.retry_what_sharing_failed(&cfg, &run, task, control, result, ran_one_at_a_time)
     }
 
     /// Makes `cfg` the judge's configuration for `job` (its options, its deadline, this
@@ -445,9 +445,9 @@ impl Engine {
         Ok(task_path)
     }
 
-    /// `result` of an evaluation run beside others (as `cfg.device_sharing` says; `ran_apart`:
-    /// with no other large task's beside it), or, where what it ran beside may have failed it,
-    /// the evaluation run again with fewer beside it.
+    /// `result` of an evaluation run beside others (as `cfg.device_sharing` says;
+    /// `ran_one_at_a_time`: with no other evaluation of a task so marked beside it), or, where
+    /// what it ran beside may have failed it, the evaluation run again with fewer beside it.
     fn retry_what_sharing_failed(
         &self,
         cfg: &EvalConfig,
@@ -455,7 +455,7 @@ impl Engine {
         task: (&str, Option<&str>),
         control: &Control,
         result: EvalResult,
-        ran_apart: bool,
+        ran_one_at_a_time: bool,
     ) -> EvalResult {
         match cfg.device_sharing {
             DeviceSharing::WaitingProcesses if judge_ran_out_of_memory(&result) => {
@@ -475,7 +475,7 @@ impl Engine {
                 // that ran out of memory too.
                 let large = self.is_large(task);
                 if large && ran_out_of_memory(&result) {
-                    if ran_apart {
+                    if ran_one_at_a_time {
                         self.alone_tasks.insert(task.0, task.1);
                     } else {
                         self.one_at_a_time_tasks.insert(task.0, task.1);
