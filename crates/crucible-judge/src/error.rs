@@ -112,10 +112,20 @@ pub fn judge_ran_out_of_memory(result: &crucible_result::EvalResult) -> bool {
     infra_error_message(result).is_some_and(InfraError::is_out_of_memory)
 }
 
-/// Whether `result` ended in [`InfraError::DeviceHeldElsewhere`]: the judge found no memory
-/// while something it cannot clear away held it.
+/// The finding of an evaluation whose precision measurement found no room while gigabytes were
+/// held outside the referee with nothing else of the judge's on the device, and which the judge
+/// measured again once it had stopped the candidate's process.
+pub const MEMORY_HELD_AFTER_FORWARD: &str = "memory-held-after-forward";
+
+/// Whether `result` ended in [`InfraError::DeviceHeldElsewhere`], or was measured again once the
+/// candidate's process was stopped for it ([`MEMORY_HELD_AFTER_FORWARD`]): the judge found no
+/// memory while something clearing the device of the judge's processes does not remove held it.
 pub fn memory_held_elsewhere(result: &crucible_result::EvalResult) -> bool {
     infra_error_message(result).is_some_and(InfraError::is_held_elsewhere)
+        || result
+            .findings
+            .iter()
+            .any(|f| f.code == MEMORY_HELD_AFTER_FORWARD)
 }
 
 fn infra_error_message(result: &crucible_result::EvalResult) -> Option<&str> {

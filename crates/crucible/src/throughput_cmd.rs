@@ -1837,6 +1837,7 @@ fn stage_order(name: &str) -> usize {
         "profile",
         "timing-recheck",
         "timed-output",
+        "precision-candidate-stopped",
         "(outside stages)",
     ];
     ORDER.iter().position(|n| *n == name).unwrap_or(ORDER.len())

@@ -170,25 +170,28 @@ fn precision_budget_s(trial_limit: Duration) -> f64 {
 /// evaluations a shortage often passes (their float64 copies and trials come and go), and
 /// waiting a little, without a share, is much cheaper than the engine's retry of the whole
 /// evaluation alone. Not while holding the device: every other evaluation would wait too.
+///
+/// `after_a_stop`: asked again once the candidate's process was killed, whose memory the driver
+/// gives back a little later (100 GiB: 0.13-0.26 s, `scripts/probe/kill_release.py`), so a
+/// shortage is waited out with nobody else beside it too.
 fn measure_precision_pausing(
     referee: &mut HarnessProcess,
     request: &RefereeRequest,
     limit: Duration,
     eval: &mut Evaluation<'_>,
+    after_a_stop: bool,
 ) -> Result<(MeasurePrecisionReply, u32), Stop> {
     let mut pauses = SHARED_OOM_PAUSES.iter();
     let mut attempts = 1;
+    let may_pause = !eval.holds_device
+        && (after_a_stop || eval.cfg.device_sharing == DeviceSharing::Evaluations);
     loop {
         let measured: MeasurePrecisionReply = {
             let _gpu = precision_gpu_work(eval);
             referee_call(referee, request, limit)?
         };
         match pauses.next() {
-            Some(pause)
-                if measured.out_of_memory
-                    && eval.cfg.device_sharing == DeviceSharing::Evaluations
-                    && !eval.holds_device =>
-            {
+            Some(pause) if measured.out_of_memory && may_pause => {
                 std::thread::sleep(*pause);
                 attempts += 1;
             }
@@ -767,7 +770,7 @@ impl Session {
         };
         let referee = &mut self.workers.referee;
         let (measured, attempts) = eval.stage("precision", |eval| {
-            measure_precision_pausing(referee, &request, limit * 2, eval)
+            measure_precision_pausing(referee, &request, limit * 2, eval, false)
         })?;
         if attempts > 1 && !measured.out_of_memory {
             eval.add_once(Finding::new(
@@ -789,7 +792,12 @@ impl Session {
         if let Some(error) =
             memory_shortage_not_the_tasks(&measured, attempts, eval.cfg.device_sharing)
         {
-            return Err(Stop::Infra(error));
+            return Err(match error {
+                InfraError::DeviceHeldElsewhere { .. } => {
+                    self.precision_with_candidate_stopped(eval, &request, error)
+                }
+                error => Stop::Infra(error),
+            });
         }
         let mut measured = precision::from_reply(measured, 0);
         measured.forwards_ahead_s = self.precision_ahead_s;
@@ -798,6 +806,72 @@ impl Session {
         }
         eval.precision = Some(measured);
         Ok(())
+    }
+
+    /// The measurement once more, with the candidate's process killed: a shortage while
+    /// gigabytes were held outside the referee with nothing else of the judge's on the device
+    /// (`DeviceHeldElsewhere`, `held`) is most likely the candidate's doing, a hoard after its
+    /// last trial that hides an output only this measurement refuses
+    /// (`tests/fixtures/gpu/precision_hoard.py`), and it ended `infra_error` every time the
+    /// evaluation was delivered. Measured now, an output beyond rounding is the candidate's
+    /// failure as anywhere else; within rounding, or unmeasured again, the evaluation stays the
+    /// judge's fault: without its process the candidate cannot be timed.
+    fn precision_with_candidate_stopped(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+        request: &RefereeRequest,
+        held: InfraError,
+    ) -> Stop {
+        let InfraError::DeviceHeldElsewhere {
+            stage,
+            held_gib,
+            detail,
+        } = held
+        else {
+            return Stop::Infra(held);
+        };
+        self.workers.candidate.kill();
+        eval.findings.push(Finding::new(
+            crate::error::MEMORY_HELD_AFTER_FORWARD,
+            Severity::Flag,
+            format!(
+                "after the candidate's last forward returned, {held_gib:.2} GiB of device memory \
+                 were held outside the judge's referee and its precision measurement found no \
+                 room; the judge stopped the candidate's process and measured again"
+            ),
+        ));
+        let limit = eval.cfg.limits.trial;
+        let referee = &mut self.workers.referee;
+        let again = eval.stage("precision-candidate-stopped", |eval| {
+            measure_precision_pausing(referee, request, limit * 2, eval, true)
+        });
+        let measured = match again {
+            Ok((measured, _attempts)) => measured,
+            Err(stop) => return stop,
+        };
+        if let Some(message) = precision::beyond_rounding(&measured) {
+            return Stop::Candidate(Failure {
+                class: FailureClass::Incorrect,
+                stage: "precision".into(),
+                message: format!(
+                    "{message} (measured once the judge had stopped your process: while it \
+                     lived, {held_gib:.2} GiB of device memory were held outside the judge's \
+                     referee after its last forward returned, which left the measurement no room)"
+                ),
+            });
+        }
+        let outcome = match &measured.unmeasured {
+            None => "within rounding".to_string(),
+            Some(why) => format!("unmeasured again ({why})"),
+        };
+        Stop::Infra(InfraError::DeviceHeldElsewhere {
+            stage,
+            held_gib,
+            detail: format!(
+                "{detail}; measured again with the candidate's process stopped: {outcome}, but \
+                 without that process the candidate cannot be timed"
+            ),
+        })
     }
 
     /// Both sides time the same loop on fresh inputs (the reference a second time at the
