@@ -138,7 +138,59 @@ fn infra_error_message(result: &crucible_result::EvalResult) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::InfraError;
+    use super::{InfraError, MEMORY_HELD_AFTER_FORWARD, memory_held_elsewhere};
+    use crucible_result::{EvalResult, Failure, FailureClass, Finding, Severity, Verdict};
+
+    /// A real result document (from the dashboard's fixtures) ended by `failure`.
+    fn failed(failure: Failure) -> EvalResult {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../crucible-dashboard/tests/fixtures/gpu_correct.json"
+        );
+        let text = std::fs::read_to_string(path).expect("read the fixture result");
+        let mut result: EvalResult = serde_json::from_str(&text).expect("a result document");
+        result.verdict = failure.class.verdict();
+        result.correct = false;
+        result.failure = Some(failure);
+        result
+    }
+
+    /// The engine keeps a task from clearing the pool for every later evaluation where memory
+    /// proved held by something clearing does not remove: the judge's `infra_error` saying so,
+    /// or a verdict measured once the candidate's process was killed for it.
+    #[test]
+    fn memory_held_elsewhere_is_the_infra_error_or_the_finding_of_a_measurement_made_again() {
+        let held = InfraError::DeviceHeldElsewhere {
+            stage: "precision",
+            held_gib: 71.68,
+            detail: "the device ran out of memory".into(),
+        };
+        let infra = failed(Failure {
+            class: FailureClass::InfraError,
+            stage: "precision".into(),
+            message: held.to_string(),
+        });
+        assert!(memory_held_elsewhere(&infra));
+        let mut measured_again = failed(Failure {
+            class: FailureClass::Incorrect,
+            stage: "precision".into(),
+            message: "output 0 has a relative RMS error of 5.000e-1".into(),
+        });
+        assert_eq!(measured_again.verdict, Verdict::Incorrect);
+        assert!(!memory_held_elsewhere(&measured_again));
+        measured_again.findings.push(Finding::new(
+            MEMORY_HELD_AFTER_FORWARD,
+            Severity::Flag,
+            "71.68 GiB were held outside the judge's referee".to_string(),
+        ));
+        assert!(memory_held_elsewhere(&measured_again));
+        let shared = failed(Failure {
+            class: FailureClass::InfraError,
+            stage: "precision".into(),
+            message: "the referee ran out of device memory beside other evaluations".into(),
+        });
+        assert!(!memory_held_elsewhere(&shared));
+    }
 
     /// The engine tells this fault from other shortages by its message, the only part of it a
     /// result keeps.
