@@ -830,7 +830,9 @@ impl Session {
         else {
             return Stop::Infra(held);
         };
-        self.workers.candidate.kill();
+        // Killed, not reaped: the teardown reaps it after the caller's abort is detached, which
+        // may signal the group until then (`Abort`); the driver takes its memory back at exit.
+        self.workers.candidate.kill_group();
         eval.findings.push(Finding::new(
             crate::error::MEMORY_HELD_AFTER_FORWARD,
             Severity::Flag,
