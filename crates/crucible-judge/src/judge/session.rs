@@ -793,9 +793,9 @@ impl Session {
             memory_shortage_not_the_tasks(&measured, attempts, eval.cfg.device_sharing)
         {
             return Err(match error {
-                InfraError::DeviceHeldElsewhere { .. } => {
-                    self.precision_with_candidate_stopped(eval, &request, error)
-                }
+                InfraError::DeviceHeldElsewhere {
+                    held_gib, detail, ..
+                } => self.precision_with_candidate_stopped(eval, &request, held_gib, detail),
                 error => Stop::Infra(error),
             });
         }
@@ -810,7 +810,7 @@ impl Session {
 
     /// The measurement once more, with the candidate's process killed: a shortage while
     /// gigabytes were held outside the referee with nothing else of the judge's on the device
-    /// (`DeviceHeldElsewhere`, `held`) is most likely the candidate's doing, a hoard after its
+    /// (`DeviceHeldElsewhere`: `held_gib`, `detail`) is most likely the candidate's doing, a hoard after its
     /// last trial that hides an output only this measurement refuses
     /// (`tests/fixtures/gpu/precision_hoard.py`), and it ended `infra_error` every time the
     /// evaluation was delivered. Measured now, an output beyond rounding is the candidate's
@@ -820,16 +820,9 @@ impl Session {
         &mut self,
         eval: &mut Evaluation<'_>,
         request: &RefereeRequest,
-        held: InfraError,
+        held_gib: f64,
+        detail: String,
     ) -> Stop {
-        let InfraError::DeviceHeldElsewhere {
-            stage,
-            held_gib,
-            detail,
-        } = held
-        else {
-            return Stop::Infra(held);
-        };
         // Killed, not reaped: the teardown reaps it after the caller's abort is detached, which
         // may signal the group until then (`Abort`); the driver takes its memory back at exit.
         self.workers.candidate.kill_group();
@@ -867,7 +860,7 @@ impl Session {
             Some(why) => format!("unmeasured again ({why})"),
         };
         Stop::Infra(InfraError::DeviceHeldElsewhere {
-            stage,
+            stage: "precision",
             held_gib,
             detail: format!(
                 "{detail}; measured again with the candidate's process stopped: {outcome}, but \
