@@ -82,6 +82,7 @@ class Auditor:
                     "profile": msg["profile"],
                     "task_path": msg["task_path"],
                     "init_seed": msg["init_seed"],
+                    "size_trials": False,
                 }
             )
             results = {name: {"name": name, "trials_run": 0, "trials_passed": 0} for name in msg["nulls"]}

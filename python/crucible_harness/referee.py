@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 
 from crucible_harness import common, fused_stats, precision
 from crucible_harness.common import compare
@@ -67,6 +68,34 @@ class Referee:
             "env": common.env_info(torch, self.device),
             "init_inputs": common.b64_pickle(init_inputs),
             "profile": self.profile,
+            "sizes": self.trial_sizes(init_inputs) if msg["size_trials"] else None,
+        }
+
+    def trial_sizes(self, init_inputs):
+        """What each trial will hold, from shapes alone, before any trial draws: the bytes
+        `prepare` will report and the outputs' elements. The judge keeps a task whose trials are
+        large apart from other large work from its first trial on, not from its first trial's
+        end (two 23_Softmax evaluations, neither yet known large, ran out of memory together on
+        an 80 GiB H100). Drawn on the meta device, with a model built there, so nothing is
+        allocated; None where the task's code cannot run there (data-dependent shapes, `.item()`,
+        an explicit device)."""
+        torch = self.torch
+        try:
+            # The forward's own warnings (a shape it would warn of) come again in the trials.
+            with torch.device("meta"), torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                inputs = list(self.module.get_inputs())
+                outputs = common.as_output_list(torch, self.module.Model(*init_inputs)(*inputs))
+        except Exception:
+            return None
+        tensors = [x for x in (*inputs, *outputs) if isinstance(x, torch.Tensor)]
+        if any(x.device.type != "meta" for x in tensors):
+            return None
+        copies = 2 if self.share_pool is None else 3
+        output_bytes = common.tensor_bytes(torch, outputs)
+        return {
+            "trial_bytes": copies * common.tensor_bytes(torch, inputs) + 2 * output_bytes,
+            "output_elements": sum(x.numel() for x in outputs if isinstance(x, torch.Tensor)),
         }
 
     def build(self, module, init_seed):
@@ -749,6 +778,13 @@ def input_shapes(torch, module):
             return [describe(x) for x in module.get_inputs()], [describe(x) for x in module.get_init_inputs()]
     except Exception:
         return None
+
+
+def warm_meta(torch):
+    """The meta device's first use imports about 490 modules (0.5 to 1.6 CPU-s on this
+    machine's CPU); the zygote pays that once for every referee it forks (`trial_sizes`)."""
+    with torch.device("meta"):
+        (torch.randn(2, 2) @ torch.randn(2, 2)).softmax(1)
 
 
 def failure(exc, _msg):

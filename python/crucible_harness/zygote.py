@@ -42,13 +42,15 @@ import warnings
 
 # Imported here, once, for every child: this is what the fork saves.
 import numpy  # noqa: F401
-import torch  # noqa: F401
+import torch
 import triton  # noqa: F401
 
 from crucible_harness import candidate, common, referee
 
 # Once here rather than in every referee that compiles the fused statistics (`fused_stats.py`).
 common.settle_triton_key()
+# Likewise the meta device's imports, for every referee that sizes its trials from shapes.
+referee.warm_meta(torch)
 
 # numpy's OpenBLAS starts its thread pool at import; it registers its own fork handlers, and the
 # child's pool starts again when used. Python would otherwise warn at every fork.

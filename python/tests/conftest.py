@@ -57,7 +57,7 @@ def relu_task(tmp_path):
     return write(tmp_path / "relu_task.py", RELU_TASK)
 
 
-def started_referee(torch, tmp_path, task, init_seed, standing_shares=False):
+def started_referee(torch, tmp_path, task, init_seed, standing_shares=False, size_trials=False):
     """A referee (in this process) that has loaded `task` on the CPU, sharing through `shm` in
     `tmp_path/scratch`; its init reply is kept as `init_reply`."""
     from crucible_harness import referee
@@ -75,6 +75,7 @@ def started_referee(torch, tmp_path, task, init_seed, standing_shares=False):
             "task_path": str(task),
             "init_seed": init_seed,
             "standing_shares": standing_shares,
+            "size_trials": size_trials,
         }
     )
     return ref

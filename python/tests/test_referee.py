@@ -52,6 +52,40 @@ def test_prepare_reports_the_bytes_the_trial_holds(ref):
     assert ref.prepare({"trial": "trial_0", "seed": 5})["tensor_bytes"] == 4 * 6 * 16 * 4
 
 
+def test_init_sizes_a_trial_from_shapes_as_prepare_will_report_it(tmp_path, relu_task):
+    ref = started_referee(torch, tmp_path, relu_task, init_seed=11, size_trials=True)
+    sizes = ref.init_reply["sizes"]
+    assert sizes == {"trial_bytes": 4 * 6 * 16 * 4, "output_elements": 6 * 16}
+    assert ref.prepare({"trial": "trial_0", "seed": 5})["tensor_bytes"] == sizes["trial_bytes"]
+
+
+def test_init_sizes_nothing_unasked_or_where_shapes_alone_cannot_run_the_task(ref, tmp_path):
+    assert ref.init_reply["sizes"] is None
+    # `.item()` needs a value: the meta device has none. The task still loads and draws.
+    task = write(
+        tmp_path / "item_task.py",
+        """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.relu(x)
+
+        def get_inputs():
+            rows = int(torch.randint(6, 7, ()).item())
+            return [torch.randn(rows, 16)]
+
+        def get_init_inputs():
+            return []
+        """,
+    )
+    (tmp_path / "other").mkdir()
+    unsized = started_referee(torch, tmp_path / "other", task, init_seed=11, size_trials=True)
+    assert unsized.init_reply["sizes"] is None
+    assert unsized.prepare({"trial": "trial_0", "seed": 5})["tensor_bytes"] == 4 * 6 * 16 * 4
+
+
 def test_an_honest_candidate_passes(ref, tmp_path):
     path = write(
         tmp_path / "honest.py",

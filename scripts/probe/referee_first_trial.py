@@ -81,6 +81,7 @@ ref.init(
         "init_seed": 1,
         "inputs_on_host": False,
         "tolerance": {"fp32": [1e-2, 1e-2], "half": [1e-2, 1e-2]},
+        "size_trials": False,
     }
 )
 synchronize()

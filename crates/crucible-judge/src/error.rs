@@ -112,6 +112,11 @@ pub fn judge_ran_out_of_memory(result: &crucible_result::EvalResult) -> bool {
     infra_error_message(result).is_some_and(InfraError::is_out_of_memory)
 }
 
+/// The finding of an evaluation that ran beside no other evaluation of a task as large: the
+/// judge's, where the task's shapes said two would not fit the device, or the service engine's,
+/// where an earlier evaluation of the task ran out of memory beside others.
+pub const RAN_ONE_LARGE_AT_A_TIME: &str = "ran-one-large-at-a-time";
+
 /// The finding of an evaluation whose precision measurement found no room while gigabytes were
 /// held outside the referee with nothing else of the judge's on the device, and which the judge
 /// measured again once it had stopped the candidate's process.

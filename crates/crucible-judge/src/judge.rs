@@ -222,6 +222,13 @@ pub struct EvalConfig {
     /// Tasks an earlier evaluation found large, shared between evaluations; `None`: each
     /// evaluation finds out in its first trial.
     pub large_tasks: Option<Arc<LargeTasks>>,
+    /// The device's memory, where the caller knows it (a service engine sets it with
+    /// `large_work_bytes`). With evaluations beside this one (`device_sharing`), the referee
+    /// sizes the trials from the task's shapes before the first is drawn: large ones take the
+    /// large share from the first claim on, and where the trials and the precision measurement
+    /// would need more than half of this, the evaluation holds the gate's large-evaluation claim
+    /// ([`TimedPhaseGate::large_evaluation`]) from then to its end. `None`: neither.
+    pub device_memory_bytes: Option<u64>,
     /// Where the launchers candidates' processes built are named, for the next Triton seed
     /// (a service engine's pool on a GPU); `None`: not kept.
     pub launchers: Option<Arc<LauncherSignatures>>,
@@ -275,6 +282,7 @@ impl EvalConfig {
             device_sharing: DeviceSharing::Nobody,
             large_work_bytes: 16 << 30,
             large_tasks: None,
+            device_memory_bytes: None,
             launchers: None,
             autotune: AutotuneBudget::FAST,
             precision_ahead: true,
@@ -385,6 +393,9 @@ struct Evaluation<'a> {
     /// The evaluation holds the gate's exclusive claim (`EvalConfig::exclusive_checks`): its
     /// untimed device work needs no share meanwhile.
     holds_device: bool,
+    /// The gate's large-evaluation claim, held to the evaluation's end once taken (see
+    /// `EvalConfig::device_memory_bytes`).
+    large_claim: Option<TimedPhaseGuard>,
 }
 
 impl Evaluation<'_> {
@@ -528,6 +539,7 @@ impl<'a> Evaluation<'a> {
             precision: None,
             large_device_work,
             holds_device: false,
+            large_claim: None,
         }
     }
 }

@@ -79,6 +79,8 @@ pub(crate) enum RefereeRequest {
         tolerance: Tolerances,
         /// The trials share the same memory from one to the next (`EvalConfig::standing_shares`).
         standing_shares: bool,
+        /// Reply with what a trial will hold, from the task's shapes (`InitReply::sizes`).
+        size_trials: bool,
     },
     /// Draw seeded inputs, compute the expected outputs, share inputs and NaN-poisoned slots.
     Prepare { trial: TrialKey, seed: u64 },
@@ -240,6 +242,20 @@ pub(crate) struct InitReply {
     pub init_inputs: String,
     /// The size profile the task was loaded with.
     pub profile: String,
+    /// What each trial will hold, from the task's shapes alone (asked for with `size_trials`);
+    /// `None` where not asked or where the task's code cannot run on shapes alone.
+    #[serde(deserialize_with = "present")]
+    pub sizes: Option<TrialSizes>,
+}
+
+/// A trial's size, known before it is drawn.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TrialSizes {
+    /// What `PrepareReply::tensor_bytes` will be.
+    pub trial_bytes: u64,
+    /// The elements of the outputs, together.
+    pub output_elements: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

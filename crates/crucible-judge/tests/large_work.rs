@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crucible_judge::{
-    Device, EvalConfig, LargeTasks, Runtime, StageLimits, StageObserver, TimedPhaseGate,
-    TimedPhaseGuard, evaluate,
+    Device, DeviceSharing, EvalConfig, LargeTasks, Runtime, StageLimits, StageObserver,
+    TimedPhaseGate, TimedPhaseGuard, evaluate,
 };
 use crucible_result::Verdict;
 
@@ -24,6 +24,10 @@ enum Claim {
     Share,
     Large,
     Exclusive,
+    /// The large-evaluation claim, taken.
+    LargeEvaluation,
+    /// The large-evaluation claim, dropped.
+    LargeEvaluationDropped,
 }
 
 /// The current stage (told by the judge as a stage observer) and each claim taken in it.
@@ -35,9 +39,22 @@ struct Recorder {
 
 impl Recorder {
     fn record(&self, claim: Claim) -> TimedPhaseGuard {
+        self.log(claim);
+        Box::new(())
+    }
+
+    fn log(&self, claim: Claim) {
         let stage = self.stage.lock().unwrap().clone();
         self.claims.lock().unwrap().push((stage, claim));
-        Box::new(())
+    }
+}
+
+/// Logs its own drop.
+struct Dropped(Arc<Recorder>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.log(Claim::LargeEvaluationDropped);
     }
 }
 
@@ -47,17 +64,26 @@ impl StageObserver for Recorder {
     }
 }
 
-impl TimedPhaseGate for Recorder {
+/// The recorder as the gate: its large-evaluation claim logs its own drop.
+#[derive(Debug)]
+struct Gate(Arc<Recorder>);
+
+impl TimedPhaseGate for Gate {
     fn enter(&self) -> TimedPhaseGuard {
-        self.record(Claim::Exclusive)
+        self.0.record(Claim::Exclusive)
     }
 
     fn share(&self) -> TimedPhaseGuard {
-        self.record(Claim::Share)
+        self.0.record(Claim::Share)
     }
 
     fn share_large(&self) -> TimedPhaseGuard {
-        self.record(Claim::Large)
+        self.0.record(Claim::Large)
+    }
+
+    fn large_evaluation(&self) -> TimedPhaseGuard {
+        self.0.log(Claim::LargeEvaluation);
+        Box::new(Dropped(Arc::clone(&self.0)))
     }
 }
 
@@ -83,6 +109,14 @@ fn claims_knowing(
 
 /// The claims of one honest relu evaluation under the configuration `set` leaves.
 fn claims_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Vec<(String, Claim)>> {
+    evaluated_with(set).map(|(claims, _)| claims)
+}
+
+/// The claims an evaluation took, each with its stage, and its result's findings' codes.
+type Evaluated = (Vec<(String, Claim)>, Vec<String>);
+
+/// [`claims_with`], and the result's findings' codes.
+fn evaluated_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Evaluated> {
     let runtime = match Runtime::discover() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -94,7 +128,7 @@ fn claims_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Vec<(String, Claim)>
     let mut cfg = EvalConfig::new(Device::Cpu);
     cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(120));
     cfg.trials = 2;
-    cfg.timed_phases = Some(recorder.clone());
+    cfg.timed_phases = Some(Arc::new(Gate(Arc::clone(&recorder))));
     cfg.stage_observer = Some(recorder.clone());
     set(&mut cfg);
     let (task, candidate) = (fixture("task_relu.py"), fixture("honest_relu.py"));
@@ -108,7 +142,8 @@ fn claims_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Vec<(String, Claim)>
     );
     assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
     let claims = recorder.claims.lock().unwrap().clone();
-    Some(claims)
+    let codes = result.findings.iter().map(|f| f.code.clone()).collect();
+    Some((claims, codes))
 }
 
 /// The stages whose claims were large.
@@ -216,4 +251,96 @@ fn exclusive_checks_hold_the_device_from_the_repeat_to_the_precision_measurement
         !shared.iter().any(|(_, c)| *c == Claim::Exclusive),
         "{shared:?}"
     );
+}
+
+/// What an evaluation at the small relu size needs at its peak by the judge's estimate: the
+/// trial's tensors and the precision measurement's 36 bytes for each of the 800 outputs.
+const EVALUATION_BYTES: u64 = TRIAL_BYTES + 36 * 8 * 100;
+
+/// An evaluation beside others (`DeviceSharing::Evaluations`) whose referee sizes its trials.
+fn sized(
+    large_work_bytes: u64,
+    device_memory_bytes: Option<u64>,
+    large_tasks: Option<Arc<LargeTasks>>,
+) -> Option<Evaluated> {
+    evaluated_with(|cfg| {
+        cfg.device_sharing = DeviceSharing::Evaluations;
+        cfg.large_work_bytes = large_work_bytes;
+        cfg.device_memory_bytes = device_memory_bytes;
+        cfg.large_tasks = large_tasks;
+    })
+}
+
+#[test]
+fn beside_other_evaluations_the_referees_sizing_makes_the_first_evaluation_large_from_its_load() {
+    let large = Arc::new(LargeTasks::new());
+    let Some((claims, codes)) = sized(TRIAL_BYTES, None, Some(Arc::clone(&large))) else {
+        return;
+    };
+    // Only the reference's own claim, which came before its reply, is ordinary; no
+    // large-evaluation claim without the device's memory.
+    assert_eq!(claims[0].1, Claim::Share, "{claims:?}");
+    assert!(
+        claims[1..].iter().all(|(_, claim)| *claim == Claim::Large),
+        "{claims:?}"
+    );
+    assert!(
+        !codes.iter().any(|c| c == "ran-one-large-at-a-time"),
+        "{codes:?}"
+    );
+    // The next evaluation of the task knows from the start.
+    let (next, _) = sized(u64::MAX, None, Some(large)).expect("runtime");
+    assert!(
+        next.iter().all(|(_, claim)| *claim == Claim::Large),
+        "{next:?}"
+    );
+    // One below the size: the sizing changes nothing.
+    let (small, _) = sized(TRIAL_BYTES + 1, None, None).expect("runtime");
+    assert_eq!(large_stages(&small), ["precision"], "{small:?}");
+}
+
+#[test]
+fn an_evaluation_that_would_not_fit_twice_holds_the_large_evaluation_claim_to_its_end() {
+    let Some((claims, codes)) = sized(TRIAL_BYTES, Some(2 * EVALUATION_BYTES - 1), None) else {
+        return;
+    };
+    let taken = claims
+        .iter()
+        .position(|(_, claim)| *claim == Claim::LargeEvaluation)
+        .expect("the claim taken");
+    // Taken in its own stage, right after the reference's reply, before the load's claim, and
+    // given back only after the last claim of the evaluation.
+    assert_eq!(taken, 1, "{claims:?}");
+    assert_eq!(claims[taken].0, "large-claim", "{claims:?}");
+    assert_eq!(
+        claims.last().map(|(_, claim)| *claim),
+        Some(Claim::LargeEvaluationDropped),
+        "{claims:?}"
+    );
+    let held = claims.iter().filter(|(_, c)| *c == Claim::LargeEvaluation);
+    assert_eq!(held.count(), 1, "{claims:?}");
+    assert!(
+        codes.iter().any(|c| c == "ran-one-large-at-a-time"),
+        "{codes:?}"
+    );
+    // Where two fit, or with evaluations of nobody else beside it, it is not taken.
+    for (sharing, memory) in [
+        (DeviceSharing::Evaluations, 2 * EVALUATION_BYTES),
+        (DeviceSharing::Nobody, 2 * EVALUATION_BYTES - 1),
+    ] {
+        let (claims, codes) = evaluated_with(|cfg| {
+            cfg.device_sharing = sharing;
+            cfg.large_work_bytes = TRIAL_BYTES;
+            cfg.device_memory_bytes = Some(memory);
+        })
+        .expect("runtime");
+        assert!(
+            !claims.iter().any(|(_, c)| *c == Claim::LargeEvaluation),
+            "{sharing:?} {memory}: {claims:?}"
+        );
+        assert!(
+            !codes.iter().any(|c| c == "ran-one-large-at-a-time"),
+            "{codes:?}"
+        );
+    }
 }

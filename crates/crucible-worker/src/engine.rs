@@ -236,6 +236,7 @@ impl Engine {
         let versions = versions(&runtime, &facts, &base);
         if let Some(memory) = facts.memory_bytes {
             base.large_work_bytes = crucible_judge::large_work_bytes_for(memory);
+            base.device_memory_bytes = Some(memory);
             base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
         }
         if device.is_gpu() {
@@ -407,9 +408,14 @@ impl Engine {
         });
         let ran_one_at_a_time = one_at_a_time_guard.take().is_some();
         drop(shared);
-        if ran_one_at_a_time {
+        // The judge says so itself where the task's shapes made it wait as well.
+        let said = |result: &EvalResult| {
+            (result.findings.iter())
+                .any(|f| f.code == crucible_judge::error::RAN_ONE_LARGE_AT_A_TIME)
+        };
+        if ran_one_at_a_time && !said(&result) {
             result.findings.push(Finding::new(
-                "ran-one-large-at-a-time",
+                crucible_judge::error::RAN_ONE_LARGE_AT_A_TIME,
                 Severity::Info,
                 "an earlier evaluation of this task ran out of device memory beside other \
                  evaluations (its trials' tensors are large for this device), so this one ran \

@@ -1825,6 +1825,7 @@ fn stage_order(name: &str) -> usize {
         "setup",
         "start",
         "reference",
+        "large-claim",
         "load",
         "trials",
         "profiler-warm-up",

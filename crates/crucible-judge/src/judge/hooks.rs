@@ -44,6 +44,17 @@ pub trait TimedPhaseGate: Send + Sync + Debug {
     fn share_large(&self) -> TimedPhaseGuard {
         self.share()
     }
+
+    /// Blocks while another evaluation holds this claim, then holds it until the guard is
+    /// dropped, at the evaluation's end: taken by an evaluation whose trials and precision
+    /// measurement, estimated from the task's shapes before its first trial, would need more
+    /// than half of the device's memory, so that no two such evaluations are on the device at
+    /// once (`EvalConfig::device_memory_bytes`). Between their large shares two 23_Softmax
+    /// evaluations keep their trials' tensors, and one's precision measurement beside the
+    /// other's trial ran an 80 GiB H100 out of memory. By default nothing to wait for.
+    fn large_evaluation(&self) -> TimedPhaseGuard {
+        Box::new(())
+    }
 }
 
 /// Everything a reference timing depends on besides the trusted referee's own code. Timings

@@ -6,6 +6,7 @@
 //! (`judge::assemble`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crucible_result::{
@@ -24,7 +25,8 @@ use crate::process::HarnessProcess;
 use crate::protocol::{
     AwaitPrecisionReply, CandidateRequest, CheckReply, Done, InitReply, MeasurePrecisionReply,
     NOTE_COMPILED, NOTE_COMPILING, PrepareReply, ProfileReply, RefereeRequest, RunReply,
-    StartPrecisionReply, TimeDeliverReply, TimeReferenceReply, TimeReply, TimedLoop, resumed,
+    StartPrecisionReply, TimeDeliverReply, TimeReferenceReply, TimeReply, TimedLoop, TrialSizes,
+    resumed,
 };
 use crate::timing::{
     TimingEvidence, batch_count, claimed_median_ms, contradicted_witnesses, timing_findings,
@@ -149,6 +151,63 @@ fn precision_gpu_work(eval: &Evaluation<'_>) -> Option<super::TimedPhaseGuard> {
     )
 }
 
+/// What the referee's sizing of the trials says, before the first is drawn: a task whose trials
+/// are large work takes the gate's large share from its first claim on (and later evaluations of
+/// it too, `EvalConfig::large_tasks`), instead of from its first trial's run; and where its
+/// trials with the precision measurement would need more than half of the device's memory, the
+/// evaluation takes the gate's large-evaluation claim (stage `large-claim`, the wait) and holds
+/// it to its end, so that no two such evaluations hold their tensors at once.
+fn keep_large_trials_apart(eval: &mut Evaluation<'_>, sizes: TrialSizes) -> Result<(), Stop> {
+    if !trial_work_is_large(sizes.trial_bytes, eval.cfg.large_work_bytes) {
+        return Ok(());
+    }
+    eval.large_device_work = true;
+    if let Some(large) = &eval.cfg.large_tasks {
+        large.insert(&eval.task_sha256, eval.cfg.size_profile.as_deref());
+    }
+    let (Some(gate), Some(memory)) = (&eval.cfg.timed_phases, eval.cfg.device_memory_bytes) else {
+        return Ok(());
+    };
+    let needs = evaluation_bytes(sizes);
+    if needs.saturating_mul(2) <= memory {
+        return Ok(());
+    }
+    let gate = Arc::clone(gate);
+    eval.stage("large-claim", |eval| {
+        eval.large_claim = Some(gate.large_evaluation());
+        Ok(())
+    })?;
+    eval.findings.push(Finding::new(
+        crate::error::RAN_ONE_LARGE_AT_A_TIME,
+        Severity::Info,
+        format!(
+            "by the task's shapes its trials and precision measurement need about {:.1} GiB, \
+             more than half of the device's {:.1} GiB, so this evaluation ran beside no other \
+             evaluation of such a task (it waited for the one before to end)",
+            gib(needs),
+            gib(memory)
+        ),
+    ));
+    Ok(())
+}
+
+/// An evaluation's device memory at its peak, estimated from its trials' sizes: a trial's
+/// tensors and the precision measurement's float64 copies beyond them (for a KernelBench
+/// 23_Softmax, 25.8 GB and 58.0 GB: 78 GiB, where an 80 GiB H100 showed its referee at 54.7 to
+/// 60.7 GiB and its candidate's process at 6.9 to 12.9 GiB).
+fn evaluation_bytes(sizes: TrialSizes) -> u64 {
+    sizes.trial_bytes.saturating_add(
+        sizes
+            .output_elements
+            .saturating_mul(PRECISION_BYTES_PER_ELEMENT),
+    )
+}
+
+/// Bytes in GiB, for messages.
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 30)
+}
+
 fn precision_work_is_large(output_elements: u64, large_work_bytes: u64) -> bool {
     output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT) >= large_work_bytes
 }
@@ -226,7 +285,7 @@ fn memory_shortage_not_the_tasks(
     let held = measured.held_elsewhere_bytes?;
     (held > HELD_ELSEWHERE_ALLOWANCE).then(|| InfraError::DeviceHeldElsewhere {
         stage: "precision",
-        held_gib: held as f64 / f64::from(1u32 << 30),
+        held_gib: gib(held),
         detail,
     })
 }
@@ -413,10 +472,14 @@ impl Session {
 
     /// Every stage after `start`, in order; the first failure ends the evaluation.
     fn stages(&mut self, eval: &mut Evaluation<'_>) -> Result<(), Stop> {
-        let init_inputs = {
+        let (init_inputs, sizes) = {
             let _gpu = untimed_gpu_work(eval);
             self.reference(eval)?
         };
+        // Outside any share: the claim may wait for another evaluation's timed phases to end.
+        if let Some(sizes) = sizes {
+            keep_large_trials_apart(eval, sizes)?;
+        }
         {
             let _gpu = untimed_gpu_work(eval);
             self.load(eval, init_inputs)?;
@@ -499,8 +562,12 @@ impl Session {
         })
     }
 
-    /// The referee loads the task and builds the reference; returns the init inputs.
-    fn reference(&mut self, eval: &mut Evaluation<'_>) -> Result<String, Stop> {
+    /// The referee loads the task and builds the reference; returns the init inputs and, where
+    /// other evaluations share the device, the trials' sizes from the task's shapes.
+    fn reference(
+        &mut self,
+        eval: &mut Evaluation<'_>,
+    ) -> Result<(String, Option<TrialSizes>), Stop> {
         let cfg = eval.cfg;
         let request = RefereeRequest::Init {
             task_path: self.task.clone(),
@@ -512,6 +579,9 @@ impl Session {
             inputs_on_host: cfg.inputs_on_host,
             standing_shares: cfg.standing_shares,
             tolerance: cfg.tolerance.referee_tolerances(),
+            // Only what keeps work apart on a shared device needs them (`keep_large_trials_apart`).
+            size_trials: cfg.device_sharing == DeviceSharing::Evaluations
+                && cfg.timed_phases.is_some(),
         };
         let referee = &mut self.workers.referee;
         eval.stage("reference", |eval| {
@@ -525,7 +595,7 @@ impl Session {
             eval.env.driver = env.driver;
             eval.env.python = Some(env.python);
             eval.size_profile = reply.profile;
-            Ok(reply.init_inputs)
+            Ok((reply.init_inputs, reply.sizes))
         })
     }
 

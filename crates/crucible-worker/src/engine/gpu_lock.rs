@@ -140,6 +140,27 @@ impl GpuLock {
         held
     }
 
+    /// Blocks while another evaluation holds this GPU's large-evaluation file, then holds it
+    /// exclusively until the claim drops ([`TimedPhaseGate::large_evaluation`]), across threads
+    /// and processes. A file of its own: held through an evaluation's timed phases and shares,
+    /// it never waits for either.
+    pub fn large_evaluation(&self) -> LargeEvaluation {
+        let file = open(&self.path.with_extension("large-evaluation")).and_then(|file| {
+            file.lock()?;
+            Ok(file)
+        });
+        let file = file
+            .inspect_err(|error| {
+                // Costs only the bound on memory, never the exclusion of timed phases.
+                tracing::warn!(
+                    "cannot take the large-evaluation claim beside {} ({error})",
+                    self.path.display()
+                );
+            })
+            .ok();
+        LargeEvaluation(file)
+    }
+
     /// One of the slots, locked (`None` without a limit). Polled: `flock` has no way to wait
     /// for the first of several files. Not fair: an evaluation that gives its slot back and
     /// asks again at once (a trial's prepare, forward, check) usually gets it back before a
@@ -216,6 +237,17 @@ fn open(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// The large-evaluation claim ([`GpuLock::large_evaluation`]); dropping it lets the next in.
+pub struct LargeEvaluation(Option<File>);
+
+impl Drop for LargeEvaluation {
+    fn drop(&mut self) {
+        if let Some(file) = self.0.take() {
+            let _ = file.unlock();
+        }
+    }
+}
+
 /// The GPU, held; dropping it lets the next one in.
 pub struct Held {
     file: Option<File>,
@@ -272,6 +304,10 @@ impl TimedPhaseGate for Gate {
 
     fn share_large(&self) -> TimedPhaseGuard {
         Box::new(self.0.share_large())
+    }
+
+    fn large_evaluation(&self) -> TimedPhaseGuard {
+        Box::new(self.0.large_evaluation())
     }
 }
 
@@ -438,6 +474,38 @@ mod tests {
         assert!(!entered.load(Ordering::SeqCst), "two large shares at once");
         drop(first);
         second.join().expect("second large share");
+        assert!(entered.load(Ordering::SeqCst));
+    }
+
+    /// A large-evaluation claim waits for another (held here by a second lock on the same
+    /// files, as another worker process would hold it), and neither a timed phase nor a share
+    /// of any kind waits for it: its holder times and claims large shares while holding it.
+    #[test]
+    fn large_evaluations_take_turns_and_nothing_else_waits_for_them() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, _) = lock_with_log(dir.path());
+        let (other, _) = lock_with_log(dir.path());
+        let first = lock.large_evaluation();
+        let entered = Arc::new(AtomicBool::new(false));
+        let second = {
+            let entered = Arc::clone(&entered);
+            std::thread::spawn(move || {
+                let held = other.large_evaluation();
+                entered.store(true, Ordering::SeqCst);
+                drop(held);
+            })
+        };
+        drop(lock.acquire());
+        drop(lock.share());
+        drop(lock.share_large());
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !entered.load(Ordering::SeqCst),
+            "two large evaluations at once"
+        );
+        drop(first);
+        second.join().expect("second large evaluation");
         assert!(entered.load(Ordering::SeqCst));
     }
 }
