@@ -29,7 +29,7 @@ use crucible_result::{EvalResult, FailureClass, Finding, Severity, Verdict};
 use sha2::{Digest, Sha256};
 
 pub use control::Control;
-pub use gpu_lock::{GpuLock, Held};
+pub use gpu_lock::{GpuLock, Held, LargeEvaluation};
 pub use options::{JudgeOptions, MAX_TRIALS, OptionsError, check as check_options};
 pub use pool::{Forking, POOL_NICE, WarmPool};
 pub use probe::{EngineEvent, Probe};

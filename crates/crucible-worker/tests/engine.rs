@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crucible_judge::{Device, EvalConfig, Runtime, StageLimits};
 use crucible_result::{EvalResult, Verdict};
-use crucible_worker::engine::{EngineEvent, Probe, evaluate_all};
+use crucible_worker::engine::{EngineEvent, GpuLock, Probe, evaluate_all};
 use crucible_worker::{Engine, EngineOptions, Job, JudgeOptions, Tuning};
 
 mod common;
@@ -645,6 +645,80 @@ fn a_task_run_one_at_a_time_waits_for_its_own_kind_only() {
         assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
         assert_eq!(sharing_codes(result), ["ran-one-large-at-a-time"]);
     }
+}
+
+/// Beside other evaluations the referee sizes the trials at `init`; where the task's trials and
+/// precision measurement would need more than half of the device's memory, the evaluation waits
+/// for the GPU lock's large-evaluation file (stage `large-claim`) and holds it to its end. Here
+/// the test holds that file, as another worker's evaluation would (real processes on the CPU,
+/// the lock in a file of the test's, the device's memory set as the engine sets it from a
+/// GPU's); where two such evaluations fit, the evaluation never asks for it.
+#[test]
+fn a_task_too_large_to_fit_twice_waits_for_the_large_evaluation_claim() {
+    let Some(runtime) = runtime() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let lock_file = dir.path().join("gpu-large.lock");
+    let options = EngineOptions {
+        concurrency: 2,
+        warm_pool: false,
+        reference_cache: false,
+        exclusive_timing: true,
+    };
+    let engine_with_memory = |device_memory_bytes| {
+        let mut tuning = Tuning {
+            lock_file: Some(lock_file.clone()),
+            ..tuning(None)
+        };
+        if let Some(base) = tuning.base.as_mut() {
+            // The relu's small trials: 12,800 bytes each, 41,600 at the peak by the judge's
+            // estimate (with the precision measurement's 36 bytes for each of 800 outputs).
+            base.large_work_bytes = 12_800;
+            base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+            base.device_memory_bytes = Some(device_memory_bytes);
+        }
+        engine(&runtime, options, tuning)
+    };
+    let elsewhere = GpuLock::new(lock_file.clone(), None).expect("a second lock on the file");
+    let held = elsewhere.large_evaluation();
+    let control = crucible_worker::engine::Control::new();
+
+    // A device of 83,199 bytes does not hold two.
+    let small = engine_with_memory(2 * 41_600 - 1);
+    let (result, stage_then) = std::thread::scope(|scope| {
+        let evaluation = scope.spawn(|| {
+            small.evaluate_controlled(&job("task_relu.py", "honest_relu.py", 1), &control)
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while control.stage().as_deref() != Some("large-claim") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let stage_then = (!evaluation.is_finished()).then(|| control.stage());
+        drop(held);
+        (evaluation.join().expect("the evaluation"), stage_then)
+    });
+    assert_eq!(
+        stage_then,
+        Some(Some("large-claim".to_string())),
+        "the evaluation (Some: not finished; its stage) while the claim was held elsewhere"
+    );
+    assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    assert_eq!(sharing_codes(&result), ["ran-one-large-at-a-time"]);
+    let waited = (result.stages.iter())
+        .find(|stage| stage.name == "large-claim")
+        .map(|stage| stage.duration_s);
+    assert!(waited.is_some_and(|s| s >= 0.5), "{:?}", result.stages);
+
+    // One of 83,200 bytes holds two: it never asks, and ends while the claim is held elsewhere.
+    let _held = elsewhere.large_evaluation();
+    let fits = engine_with_memory(2 * 41_600).evaluate(&job("task_relu.py", "honest_relu.py", 2));
+    assert_eq!(fits.verdict, Verdict::Correct, "{:#?}", fits.failure);
+    assert_eq!(sharing_codes(&fits), Vec::<String>::new());
+    assert!(
+        !fits.stages.iter().any(|stage| stage.name == "large-claim"),
+        "{:?}",
+        fits.stages
+    );
 }
 
 /// An engine judging two at once with a warm pool of two, whose trials are large work from
