@@ -122,19 +122,7 @@ impl GpuLock {
     /// share waiting for it holds nothing a timed phase or another share waits for.
     pub fn share_large(&self) -> Held {
         let asked = Instant::now();
-        let large = open(&self.path.with_extension("large")).and_then(|file| {
-            file.lock()?;
-            Ok(file)
-        });
-        let large = large
-            .inspect_err(|error| {
-                // Costs only the bound on memory, never the exclusion of timed phases.
-                tracing::warn!(
-                    "cannot take the large-memory claim beside {} ({error})",
-                    self.path.display()
-                );
-            })
-            .ok();
+        let large = self.lock_beside("large", "large-memory");
         let mut held = self.share_asked_at(asked);
         held.large = large;
         held
@@ -145,20 +133,24 @@ impl GpuLock {
     /// and processes. A file of its own: held through an evaluation's timed phases and shares,
     /// it never waits for either.
     pub fn large_evaluation(&self) -> LargeEvaluation {
-        let file = open(&self.path.with_extension("large-evaluation")).and_then(|file| {
+        LargeEvaluation(self.lock_beside("large-evaluation", "large-evaluation"))
+    }
+
+    /// The file beside the lock with `extension`, locked exclusively once no one else holds
+    /// it; `None` (logged: the `what` claim is lost) where it cannot be.
+    fn lock_beside(&self, extension: &str, what: &str) -> Option<File> {
+        let file = open(&self.path.with_extension(extension)).and_then(|file| {
             file.lock()?;
             Ok(file)
         });
-        let file = file
-            .inspect_err(|error| {
-                // Costs only the bound on memory, never the exclusion of timed phases.
-                tracing::warn!(
-                    "cannot take the large-evaluation claim beside {} ({error})",
-                    self.path.display()
-                );
-            })
-            .ok();
-        LargeEvaluation(file)
+        file.inspect_err(|error| {
+            // Costs only the bound on memory, never the exclusion of timed phases.
+            tracing::warn!(
+                "cannot take the {what} claim beside {} ({error})",
+                self.path.display()
+            );
+        })
+        .ok()
     }
 
     /// One of the slots, locked (`None` without a limit). Polled: `flock` has no way to wait
