@@ -485,10 +485,15 @@ pub fn evaluate_taking(
     let outcome = verify_stage(&mut eval, candidate_src).and_then(|()| {
         if aborted() {
             // An evaluation stopped before its processes start starts none.
-            Err(Stop::Infra(InfraError::Aborted))
-        } else {
-            session::run(&mut eval, take(), task_path, candidate_src)
+            return Err(Stop::Infra(InfraError::Aborted));
         }
+        let prestarted = take();
+        if aborted() {
+            // Nor one stopped while `take` waited (for a claim of its caller's): the pair it
+            // took, if any, is killed unused.
+            return Err(Stop::Infra(InfraError::Aborted));
+        }
+        session::run(&mut eval, prestarted, task_path, candidate_src)
     });
     // Whatever the killed processes looked like to the stages, it was not the candidate's doing.
     let outcome = if aborted() {

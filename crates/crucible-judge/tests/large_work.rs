@@ -81,9 +81,9 @@ impl TimedPhaseGate for Gate {
         self.0.record(Claim::Large)
     }
 
-    fn large_evaluation(&self) -> TimedPhaseGuard {
+    fn large_evaluation(&self, _stop: &dyn Fn() -> bool) -> Option<TimedPhaseGuard> {
         self.0.log(Claim::LargeEvaluation);
-        Box::new(Dropped(Arc::clone(&self.0)))
+        Some(Box::new(Dropped(Arc::clone(&self.0))))
     }
 }
 

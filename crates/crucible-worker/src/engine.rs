@@ -18,7 +18,7 @@ mod reaper;
 mod reference_cache;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use crucible_judge::{
@@ -398,11 +398,9 @@ impl Engine {
             // Taken with the processes (after the static verifier), never before the read
             // claim above: a run alone waits for this evaluation, not the other way round.
             if one_at_a_time && one_at_a_time_guard.is_none() {
-                one_at_a_time_guard = Some(
-                    self.one_large_at_a_time
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()),
-                );
+                // Cancelled while waiting: no processes (the judge sees the cancel, starts none).
+                one_at_a_time_guard =
+                    Some(lock_unless_cancelled(&self.one_large_at_a_time, control)?);
             }
             self.take_workers()
         });
@@ -723,6 +721,26 @@ fn gpu_lock(
         lock.with_slots(tuning.gpu_slots.unwrap_or(0)),
     )))
 }
+
+/// `mutex`, locked once free; `None` once `control` is cancelled while another holds it (the
+/// worker loop cancels an evaluation past its task's deadline too). Polled, as std's mutex has
+/// no wait that can be given up; its holder holds it for a whole evaluation, seconds.
+fn lock_unless_cancelled<'a>(
+    mutex: &'a Mutex<()>,
+    control: &Control,
+) -> Option<MutexGuard<'a, ()>> {
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) if control.is_cancelled() => return None,
+            Err(TryLockError::WouldBlock) => std::thread::sleep(CANCEL_POLL),
+        }
+    }
+}
+
+/// How often an evaluation waiting to run one at a time among large tasks looks at its cancel.
+const CANCEL_POLL: Duration = Duration::from_millis(10);
 
 /// No candidate stage may run past the deadline (but each gets a moment, so a deadline that is
 /// already near ends in a `timeout`, not in a start-up failure).

@@ -721,6 +721,111 @@ fn a_task_too_large_to_fit_twice_waits_for_the_large_evaluation_claim() {
     );
 }
 
+/// A cancel (the worker loop's, for a cancelled task or one past its deadline) ends an
+/// evaluation's wait for its turn among large ones at once, `infra_error`, never charged to the
+/// candidate, while the turn stays with the evaluation that has it: the wait for the GPU lock's
+/// large-evaluation claim (held here by the test, as another worker's evaluation would) and the
+/// wait to run one at a time among evaluations of a task that ran out of memory beside others
+/// (held by an evaluation whose candidate the test holds in its first forward).
+#[test]
+fn a_cancel_ends_a_wait_for_the_turn_among_large_evaluations() {
+    let Some(runtime) = runtime() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let lock_file = dir.path().join("gpu-large.lock");
+    let options = EngineOptions {
+        concurrency: 2,
+        warm_pool: false,
+        reference_cache: false,
+        exclusive_timing: true,
+    };
+    let mut tuning = Tuning {
+        lock_file: Some(lock_file.clone()),
+        ..tuning(None)
+    };
+    if let Some(base) = tuning.base.as_mut() {
+        // Every trial is large work, and a device of 1 byte holds no evaluation twice. The
+        // held candidate's file access is refused by the static verifier, rightly: this tests
+        // the engine.
+        base.large_work_bytes = 1;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+        base.device_memory_bytes = Some(1);
+        base.verify_policy = None;
+    }
+    let engine = engine(&runtime, options, tuning);
+    // The evaluation of `job`, cancelled once it waits in `stage`; `release` then lets the turn
+    // go, so that where the cancel did not end the wait this fails instead of waiting for good.
+    // Its result, and whether it ended within 3 s of the cancel.
+    let cancelled_while_in = |stage: Option<&str>, job: &Job, release: &mut dyn FnMut()| {
+        let control = crucible_worker::engine::Control::new();
+        std::thread::scope(|scope| {
+            let evaluation = scope.spawn(|| engine.evaluate_controlled(job, &control));
+            std::thread::sleep(Duration::from_millis(500));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while control.stage().as_deref() != stage && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(!evaluation.is_finished(), "it did not wait");
+            assert_eq!(control.stage().as_deref(), stage);
+            control.cancel();
+            let cancelled = Instant::now();
+            while !evaluation.is_finished() && cancelled.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let ended_in_time = evaluation.is_finished();
+            release();
+            (evaluation.join().expect("the evaluation"), ended_in_time)
+        })
+    };
+    let assert_stopped = |result: &EvalResult, ended_in_time: bool| {
+        assert!(ended_in_time, "the cancelled wait went on for 3 s");
+        assert_eq!(result.verdict, Verdict::InfraError, "{:#?}", result.failure);
+        let failure = result.failure.as_ref().expect("a failure");
+        assert!(
+            failure.message.contains("stopped by its caller"),
+            "{failure:#?}"
+        );
+    };
+
+    // The claim, held elsewhere: the evaluation waits in `large-claim` until cancelled.
+    let elsewhere = GpuLock::new(lock_file.clone(), None).expect("a second lock on the file");
+    let mut held = Some(elsewhere.large_evaluation());
+    let (result, ended_in_time) = cancelled_while_in(
+        Some("large-claim"),
+        &job("task_relu.py", "honest_relu.py", 1),
+        &mut || drop(held.take()),
+    );
+    assert_stopped(&result, ended_in_time);
+    let last = result.stages.last().map(|stage| stage.name.as_str());
+    assert_eq!(last, Some("large-claim"), "{:?}", result.stages);
+
+    // Its task runs one at a time from now on: the next evaluation's turn is held by one whose
+    // candidate waits in its first forward; the one after waits to take its processes (no
+    // stage) until cancelled, and the held one then ends correct.
+    let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 2));
+    assert_eq!(sharing_codes(&oom), ["retried-alone"]);
+    let marker = format!("held-relu-cancel-{}", std::process::id());
+    let mut held = job("task_relu.py", "honest_relu.py", 3);
+    held.candidate_source = fixture("held_relu.py").replace("@MARKER@", &marker);
+    let (first, (second, ended_in_time)) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| engine.evaluate(&held));
+        let in_trial = wait_for_scratch_file(&marker, Duration::from_secs(120))
+            .expect("the held candidate reached its first forward");
+        let go = in_trial.with_file_name(format!("{marker}-go"));
+        let mut release = || std::fs::create_dir_all(&go).expect("go");
+        let second = cancelled_while_in(
+            None,
+            &job("task_relu.py", "honest_relu.py", 4),
+            &mut release,
+        );
+        (first.join().expect("the held evaluation"), second)
+    });
+    assert_stopped(&second, ended_in_time);
+    assert_eq!(sharing_codes(&second), Vec::<String>::new());
+    assert_eq!(first.verdict, Verdict::Correct, "{:#?}", first.failure);
+    assert_eq!(sharing_codes(&first), ["ran-one-large-at-a-time"]);
+}
+
 /// An engine judging two at once with a warm pool of two, whose trials are large work from
 /// `large_work_bytes` on (the engine sets it from the GPU's memory), and the events it reported.
 fn two_at_once_with_a_pool(

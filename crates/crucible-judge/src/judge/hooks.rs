@@ -46,14 +46,16 @@ pub trait TimedPhaseGate: Send + Sync + Debug {
     }
 
     /// Blocks while another evaluation holds this claim, then holds it until the guard is
-    /// dropped, at the evaluation's end: taken by an evaluation whose trials and precision
+    /// dropped, at the evaluation's end; `None` where `stop` (asked while waiting) said to give
+    /// up the wait (the evaluation was cancelled): taken by an evaluation whose trials and precision
     /// measurement, estimated from the task's shapes before its first trial, would need more
     /// than half of the device's memory, so that no two such evaluations are on the device at
     /// once (`EvalConfig::device_memory_bytes`). Between their large shares two 23_Softmax
     /// evaluations keep their trials' tensors, and one's precision measurement beside the
     /// other's trial ran an 80 GiB H100 out of memory. By default nothing to wait for.
-    fn large_evaluation(&self) -> TimedPhaseGuard {
-        Box::new(())
+    fn large_evaluation(&self, stop: &dyn Fn() -> bool) -> Option<TimedPhaseGuard> {
+        let _ = stop;
+        Some(Box::new(()))
     }
 }
 

@@ -16,8 +16,8 @@ use crucible_result::{
 use super::calls::{candidate_call, candidate_call_noting, referee_call};
 use super::record::{build_profile, merge_launches, own_launches, record_trial};
 use super::{
-    DeviceSharing, Evaluation, LOW_COVERAGE, ReferenceKey, ReferenceTiming, ReferenceTimingCache,
-    Stop, TimingConfig, Workers, fresh_seed, generalize,
+    Abort, DeviceSharing, Evaluation, LOW_COVERAGE, ReferenceKey, ReferenceTiming,
+    ReferenceTimingCache, Stop, TimingConfig, Workers, fresh_seed, generalize,
 };
 use crate::error::InfraError;
 use crate::precision;
@@ -174,7 +174,11 @@ fn keep_large_trials_apart(eval: &mut Evaluation<'_>, sizes: TrialSizes) -> Resu
     }
     let gate = Arc::clone(gate);
     eval.stage("large-claim", |eval| {
-        eval.large_claim = Some(gate.large_evaluation());
+        // A cancel (or the deadline, which the caller turns into one) ends the wait, not only
+        // the evaluation's processes: the evaluation before may hold the claim for many seconds.
+        let abort = eval.cfg.abort.as_ref();
+        let claim = gate.large_evaluation(&|| abort.is_some_and(Abort::is_aborted));
+        eval.large_claim = Some(claim.ok_or(Stop::Infra(InfraError::Aborted))?);
         Ok(())
     })?;
     eval.findings.push(Finding::new(

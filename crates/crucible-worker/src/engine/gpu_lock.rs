@@ -133,7 +133,33 @@ impl GpuLock {
     /// and processes. A file of its own: held through an evaluation's timed phases and shares,
     /// it never waits for either.
     pub fn large_evaluation(&self) -> LargeEvaluation {
-        LargeEvaluation(self.lock_beside("large-evaluation", "large-evaluation"))
+        // Never stopped, so never `None`.
+        (self.large_evaluation_unless(&|| false)).unwrap_or(LargeEvaluation(None))
+    }
+
+    /// [`GpuLock::large_evaluation`], given up once `stop` says so while another evaluation
+    /// holds the claim (`None`): a cancelled evaluation, or one past its deadline, leaves the
+    /// queue of large ones at once instead of after the evaluation before it. Polled, like the
+    /// slots; `flock`'s own wait is no fairer.
+    pub fn large_evaluation_unless(&self, stop: &dyn Fn() -> bool) -> Option<LargeEvaluation> {
+        let what = "large-evaluation";
+        let file = open(&self.path.with_extension(what)).and_then(|file| {
+            loop {
+                match file.try_lock() {
+                    Ok(()) => return Ok(Some(file)),
+                    Err(std::fs::TryLockError::WouldBlock) if stop() => return Ok(None),
+                    Err(std::fs::TryLockError::WouldBlock) => std::thread::sleep(CLAIM_POLL),
+                    Err(std::fs::TryLockError::Error(error)) => return Err(error),
+                }
+            }
+        });
+        match file {
+            Ok(file) => file.map(|file| LargeEvaluation(Some(file))),
+            Err(error) => {
+                self.claim_lost(what, &error);
+                Some(LargeEvaluation(None))
+            }
+        }
     }
 
     /// The file beside the lock with `extension`, locked exclusively once no one else holds
@@ -143,14 +169,15 @@ impl GpuLock {
             file.lock()?;
             Ok(file)
         });
-        file.inspect_err(|error| {
-            // Costs only the bound on memory, never the exclusion of timed phases.
-            tracing::warn!(
-                "cannot take the {what} claim beside {} ({error})",
-                self.path.display()
-            );
-        })
-        .ok()
+        file.inspect_err(|error| self.claim_lost(what, error)).ok()
+    }
+
+    fn claim_lost(&self, what: &str, error: &std::io::Error) {
+        // Costs only the bound on memory, never the exclusion of timed phases.
+        tracing::warn!(
+            "cannot take the {what} claim beside {} ({error})",
+            self.path.display()
+        );
     }
 
     /// One of the slots, locked (`None` without a limit). Polled: `flock` has no way to wait
@@ -220,6 +247,10 @@ pub enum Mode {
 
 /// How often a share waiting for a slot looks again: small beside a trial's forward.
 const SLOT_POLL: Duration = Duration::from_millis(2);
+
+/// How often an evaluation waiting for the large-evaluation claim looks again (and at its
+/// cancel): small beside the seconds an evaluation holds it.
+const CLAIM_POLL: Duration = Duration::from_millis(10);
 
 fn open(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
@@ -298,8 +329,9 @@ impl TimedPhaseGate for Gate {
         Box::new(self.0.share_large())
     }
 
-    fn large_evaluation(&self) -> TimedPhaseGuard {
-        Box::new(self.0.large_evaluation())
+    fn large_evaluation(&self, stop: &dyn Fn() -> bool) -> Option<TimedPhaseGuard> {
+        let claim = self.0.large_evaluation_unless(stop)?;
+        Some(Box::new(claim))
     }
 }
 
@@ -499,5 +531,46 @@ mod tests {
         drop(first);
         second.join().expect("second large evaluation");
         assert!(entered.load(Ordering::SeqCst));
+    }
+
+    /// A wait for the large-evaluation claim ends without it once its caller says stop (a
+    /// cancel), and the claim stays with its holder.
+    #[test]
+    fn a_large_evaluation_claim_is_given_up_when_its_waiter_stops() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, _) = lock_with_log(dir.path());
+        let (other, _) = lock_with_log(dir.path());
+        let held = lock.large_evaluation();
+        let stop = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let claim = other.large_evaluation_unless(&|| stop.load(Ordering::SeqCst));
+                (claim.is_some(), Instant::now())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished(), "the waiter took a held claim");
+        let stopped = Instant::now();
+        stop.store(true, Ordering::SeqCst);
+        let (claimed, ended) = waiter.join().expect("the waiter");
+        assert!(!claimed, "the waiter was told to stop, yet claimed");
+        assert!(
+            ended - stopped < Duration::from_millis(500),
+            "{:?}",
+            ended - stopped
+        );
+        // The holder still holds it: a third waiter that never stops would wait.
+        let (third, _) = lock_with_log(dir.path());
+        let asked = Instant::now();
+        let late = std::thread::spawn(move || {
+            drop(third.large_evaluation());
+            Instant::now()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+        let entered = late.join().expect("the third waiter");
+        assert!(entered - asked >= Duration::from_millis(200));
     }
 }
