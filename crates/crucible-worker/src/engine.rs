@@ -18,7 +18,7 @@ mod reaper;
 mod reference_cache;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use crucible_judge::{
@@ -392,15 +392,30 @@ impl Engine {
             self.waiting_pairs_sharing()
         };
         let one_at_a_time = shared_device && self.one_at_a_time_tasks.contains(task.0, task.1);
-        let shared = self.alone.read();
+        let Some(shared) = unless_cancelled(control, || taken(self.alone.try_read())) else {
+            // Cancelled while a run alone held the device: the judge never started.
+            let files = (
+                (task_path.as_path(), task_src),
+                (candidate_path.as_path(), candidate_src),
+            );
+            let aborted = InfraError::Aborted;
+            return crucible_judge::infra_error_result(
+                &self.runtime,
+                files.0,
+                files.1,
+                &cfg,
+                "setup",
+                aborted,
+            );
+        };
         let mut one_at_a_time_guard = None;
         let mut result = run(&cfg, &mut || {
             // Taken with the processes (after the static verifier), never before the read
             // claim above: a run alone waits for this evaluation, not the other way round.
             if one_at_a_time && one_at_a_time_guard.is_none() {
                 // Cancelled while waiting: no processes (the judge sees the cancel, starts none).
-                one_at_a_time_guard =
-                    Some(lock_unless_cancelled(&self.one_large_at_a_time, control)?);
+                let one = &self.one_large_at_a_time;
+                one_at_a_time_guard = Some(unless_cancelled(control, || taken(one.try_lock()))?);
             }
             self.take_workers()
         });
@@ -722,24 +737,34 @@ fn gpu_lock(
     )))
 }
 
-/// `mutex`, locked once free; `None` once `control` is cancelled while another holds it (the
-/// worker loop cancels an evaluation past its task's deadline too). Polled, as std's mutex has
-/// no wait that can be given up; its holder holds it for a whole evaluation, seconds.
-fn lock_unless_cancelled<'a>(
-    mutex: &'a Mutex<()>,
-    control: &Control,
-) -> Option<MutexGuard<'a, ()>> {
+/// What `try_take` gives once it gives something; `None` once `control` is cancelled first (the
+/// worker loop cancels an evaluation past its task's deadline too). Polled, as std's locks
+/// have no wait that can be given up; what is waited for (another evaluation's end, a run
+/// alone's) takes seconds. Polling takes nothing from anyone's turn: neither lock orders its
+/// waiters, and a read lock's `try_read` still refuses while a writer waits.
+fn unless_cancelled<G>(control: &Control, mut try_take: impl FnMut() -> Option<G>) -> Option<G> {
     loop {
-        match mutex.try_lock() {
-            Ok(guard) => return Some(guard),
-            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
-            Err(TryLockError::WouldBlock) if control.is_cancelled() => return None,
-            Err(TryLockError::WouldBlock) => std::thread::sleep(CANCEL_POLL),
+        if let Some(taken) = try_take() {
+            return Some(taken);
         }
+        if control.is_cancelled() {
+            return None;
+        }
+        std::thread::sleep(CANCEL_POLL);
     }
 }
 
-/// How often an evaluation waiting to run one at a time among large tasks looks at its cancel.
+/// A lock's `try_*` as [`unless_cancelled`] takes it: held or poisoned (nothing it guards can be
+/// left half-done), else `None`.
+fn taken<G>(attempt: Result<G, TryLockError<G>>) -> Option<G> {
+    match attempt {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// How often an evaluation waiting for its turn beside others looks at its cancel.
 const CANCEL_POLL: Duration = Duration::from_millis(10);
 
 /// No candidate stage may run past the deadline (but each gets a moment, so a deadline that is

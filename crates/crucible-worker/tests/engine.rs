@@ -726,7 +726,8 @@ fn a_task_too_large_to_fit_twice_waits_for_the_large_evaluation_claim() {
 /// candidate, while the turn stays with the evaluation that has it: the wait for the GPU lock's
 /// large-evaluation claim (held here by the test, as another worker's evaluation would) and the
 /// wait to run one at a time among evaluations of a task that ran out of memory beside others
-/// (held by an evaluation whose candidate the test holds in its first forward).
+/// (held by an evaluation whose candidate the test holds in its first forward); and another
+/// task's wait to begin while an evaluation runs alone.
 #[test]
 fn a_cancel_ends_a_wait_for_the_turn_among_large_evaluations() {
     let Some(runtime) = runtime() else { return };
@@ -824,6 +825,28 @@ fn a_cancel_ends_a_wait_for_the_turn_among_large_evaluations() {
     assert_eq!(sharing_codes(&second), Vec::<String>::new());
     assert_eq!(first.verdict, Verdict::Correct, "{:#?}", first.failure);
     assert_eq!(sharing_codes(&first), ["ran-one-large-at-a-time"]);
+
+    // Out of memory one at a time too, its task runs alone from now on: while one of its
+    // evaluations, held in its first forward, runs alone, another task's evaluation waits to
+    // begin (no stage) until cancelled.
+    let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 5));
+    assert_eq!(sharing_codes(&oom), ["retried-alone"]);
+    let marker = format!("held-relu-alone-{}", std::process::id());
+    let mut held = job("task_relu.py", "honest_relu.py", 6);
+    held.candidate_source = fixture("held_relu.py").replace("@MARKER@", &marker);
+    let other = job("task_wide_softmax.py", "honest_wide_softmax.py", 7);
+    let (alone, (other, ended_in_time)) = std::thread::scope(|scope| {
+        let alone = scope.spawn(|| engine.evaluate(&held));
+        let in_trial = wait_for_scratch_file(&marker, Duration::from_secs(120))
+            .expect("the held candidate reached its first forward");
+        let go = in_trial.with_file_name(format!("{marker}-go"));
+        let mut release = || std::fs::create_dir_all(&go).expect("go");
+        let other = cancelled_while_in(None, &other, &mut release);
+        (alone.join().expect("the evaluation alone"), other)
+    });
+    assert_stopped(&other, ended_in_time);
+    assert_eq!(alone.verdict, Verdict::Correct, "{:#?}", alone.failure);
+    assert_eq!(sharing_codes(&alone), ["ran-alone"]);
 }
 
 /// An engine judging two at once with a warm pool of two, whose trials are large work from
