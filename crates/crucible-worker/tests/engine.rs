@@ -647,6 +647,35 @@ fn a_task_run_one_at_a_time_waits_for_its_own_kind_only() {
     }
 }
 
+/// An engine judging two at once without a pool, timing under the GPU lock in `lock_file`,
+/// whose trials are large work from `large_work_bytes` on, on a device of `device_memory_bytes`
+/// (the engine sets both from a GPU's memory), `configure`d further.
+fn large_task_engine(
+    runtime: &Runtime,
+    lock_file: &Path,
+    large_work_bytes: u64,
+    device_memory_bytes: u64,
+    configure: impl FnOnce(&mut EvalConfig),
+) -> Engine {
+    let options = EngineOptions {
+        concurrency: 2,
+        warm_pool: false,
+        reference_cache: false,
+        exclusive_timing: true,
+    };
+    let mut tuning = Tuning {
+        lock_file: Some(lock_file.to_path_buf()),
+        ..tuning(None)
+    };
+    if let Some(base) = tuning.base.as_mut() {
+        base.large_work_bytes = large_work_bytes;
+        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
+        base.device_memory_bytes = Some(device_memory_bytes);
+        configure(base);
+    }
+    engine(runtime, options, tuning)
+}
+
 /// Beside other evaluations the referee sizes the trials at `init`; where the task's trials and
 /// precision measurement would need more than half of the device's memory, the evaluation waits
 /// for the GPU lock's large-evaluation file (stage `large-claim`) and holds it to its end. Here
@@ -658,25 +687,10 @@ fn a_task_too_large_to_fit_twice_waits_for_the_large_evaluation_claim() {
     let Some(runtime) = runtime() else { return };
     let dir = tempfile::tempdir().expect("a temp dir");
     let lock_file = dir.path().join("gpu-large.lock");
-    let options = EngineOptions {
-        concurrency: 2,
-        warm_pool: false,
-        reference_cache: false,
-        exclusive_timing: true,
-    };
     let engine_with_memory = |device_memory_bytes| {
-        let mut tuning = Tuning {
-            lock_file: Some(lock_file.clone()),
-            ..tuning(None)
-        };
-        if let Some(base) = tuning.base.as_mut() {
-            // The relu's small trials: 12,800 bytes each, 41,600 at the peak by the judge's
-            // estimate (with the precision measurement's 36 bytes for each of 800 outputs).
-            base.large_work_bytes = 12_800;
-            base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
-            base.device_memory_bytes = Some(device_memory_bytes);
-        }
-        engine(&runtime, options, tuning)
+        // The relu's small trials: 12,800 bytes each, 41,600 at the peak by the judge's
+        // estimate (with the precision measurement's 36 bytes for each of 800 outputs).
+        large_task_engine(&runtime, &lock_file, 12_800, device_memory_bytes, |_| {})
     };
     let elsewhere = GpuLock::new(lock_file.clone(), None).expect("a second lock on the file");
     let held = elsewhere.large_evaluation();
@@ -733,26 +747,11 @@ fn a_cancel_ends_a_wait_for_the_turn_among_large_evaluations() {
     let Some(runtime) = runtime() else { return };
     let dir = tempfile::tempdir().expect("a temp dir");
     let lock_file = dir.path().join("gpu-large.lock");
-    let options = EngineOptions {
-        concurrency: 2,
-        warm_pool: false,
-        reference_cache: false,
-        exclusive_timing: true,
-    };
-    let mut tuning = Tuning {
-        lock_file: Some(lock_file.clone()),
-        ..tuning(None)
-    };
-    if let Some(base) = tuning.base.as_mut() {
-        // Every trial is large work, and a device of 1 byte holds no evaluation twice. The
-        // held candidate's file access is refused by the static verifier, rightly: this tests
-        // the engine.
-        base.large_work_bytes = 1;
-        base.large_tasks = Some(Arc::new(crucible_judge::LargeTasks::new()));
-        base.device_memory_bytes = Some(1);
+    // Every trial is large work, and a device of 1 byte holds no evaluation twice. The held
+    // candidate's file access is refused by the static verifier, rightly: this tests the engine.
+    let engine = large_task_engine(&runtime, &lock_file, 1, 1, |base| {
         base.verify_policy = None;
-    }
-    let engine = engine(&runtime, options, tuning);
+    });
     // The evaluation of `job`, cancelled once it waits in `stage`; `release` then lets the turn
     // go, so that where the cancel did not end the wait this fails instead of waiting for good.
     // Its result, and whether it ended within 3 s of the cancel.
@@ -805,21 +804,9 @@ fn a_cancel_ends_a_wait_for_the_turn_among_large_evaluations() {
     // stage) until cancelled, and the held one then ends correct.
     let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 2));
     assert_eq!(sharing_codes(&oom), ["retried-alone"]);
-    let marker = format!("held-relu-cancel-{}", std::process::id());
-    let mut held = job("task_relu.py", "honest_relu.py", 3);
-    held.candidate_source = fixture("held_relu.py").replace("@MARKER@", &marker);
-    let (first, (second, ended_in_time)) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| engine.evaluate(&held));
-        let in_trial = wait_for_scratch_file(&marker, Duration::from_secs(120))
-            .expect("the held candidate reached its first forward");
-        let go = in_trial.with_file_name(format!("{marker}-go"));
-        let mut release = || std::fs::create_dir_all(&go).expect("go");
-        let second = cancelled_while_in(
-            None,
-            &job("task_relu.py", "honest_relu.py", 4),
-            &mut release,
-        );
-        (first.join().expect("the held evaluation"), second)
+    let second = job("task_relu.py", "honest_relu.py", 4);
+    let (first, (second, ended_in_time)) = while_a_relu_is_held(&engine, 3, |release| {
+        cancelled_while_in(None, &second, release)
     });
     assert_stopped(&second, ended_in_time);
     assert_eq!(sharing_codes(&second), Vec::<String>::new());
@@ -831,22 +818,36 @@ fn a_cancel_ends_a_wait_for_the_turn_among_large_evaluations() {
     // begin (no stage) until cancelled.
     let oom = engine.evaluate(&job("task_relu.py", "out_of_memory.py", 5));
     assert_eq!(sharing_codes(&oom), ["retried-alone"]);
-    let marker = format!("held-relu-alone-{}", std::process::id());
-    let mut held = job("task_relu.py", "honest_relu.py", 6);
-    held.candidate_source = fixture("held_relu.py").replace("@MARKER@", &marker);
     let other = job("task_wide_softmax.py", "honest_wide_softmax.py", 7);
-    let (alone, (other, ended_in_time)) = std::thread::scope(|scope| {
-        let alone = scope.spawn(|| engine.evaluate(&held));
-        let in_trial = wait_for_scratch_file(&marker, Duration::from_secs(120))
-            .expect("the held candidate reached its first forward");
-        let go = in_trial.with_file_name(format!("{marker}-go"));
-        let mut release = || std::fs::create_dir_all(&go).expect("go");
-        let other = cancelled_while_in(None, &other, &mut release);
-        (alone.join().expect("the evaluation alone"), other)
+    let (alone, (other, ended_in_time)) = while_a_relu_is_held(&engine, 6, |release| {
+        cancelled_while_in(None, &other, release)
     });
     assert_stopped(&other, ended_in_time);
     assert_eq!(alone.verdict, Verdict::Correct, "{:#?}", alone.failure);
     assert_eq!(sharing_codes(&alone), ["ran-alone"]);
+}
+
+/// What `while_held` returns, run while `engine` evaluates an honest relu (`seed`) whose
+/// candidate waits in its first forward until `release` (which `while_held` may call, and which
+/// is called after it), and that evaluation's result.
+fn while_a_relu_is_held<T>(
+    engine: &Engine,
+    seed: u64,
+    while_held: impl FnOnce(&mut dyn FnMut()) -> T,
+) -> (EvalResult, T) {
+    let marker = format!("held-relu-{seed}-{}", std::process::id());
+    let mut held = job("task_relu.py", "honest_relu.py", seed);
+    held.candidate_source = fixture("held_relu.py").replace("@MARKER@", &marker);
+    std::thread::scope(|scope| {
+        let evaluation = scope.spawn(|| engine.evaluate(&held));
+        let in_trial = wait_for_scratch_file(&marker, Duration::from_secs(120))
+            .expect("the held candidate reached its first forward");
+        let go = in_trial.with_file_name(format!("{marker}-go"));
+        let mut release = || std::fs::create_dir_all(&go).expect("go");
+        let value = while_held(&mut release);
+        release();
+        (evaluation.join().expect("the held evaluation"), value)
+    })
 }
 
 /// An engine judging two at once with a warm pool of two, whose trials are large work from
