@@ -91,10 +91,8 @@ class Referee:
         tensors = [x for x in (*inputs, *outputs) if isinstance(x, torch.Tensor)]
         if any(x.device.type != "meta" for x in tensors):
             return None
-        copies = 2 if self.share_pool is None else 3
-        output_bytes = common.tensor_bytes(torch, outputs)
         return {
-            "trial_bytes": copies * common.tensor_bytes(torch, inputs) + 2 * output_bytes,
+            "trial_bytes": self.trial_bytes(common.tensor_bytes(torch, inputs), common.tensor_bytes(torch, outputs)),
             "output_elements": sum(x.numel() for x in outputs if isinstance(x, torch.Tensor)),
         }
 
@@ -170,12 +168,16 @@ class Referee:
         self.trials[index] = (inputs, pristine, expected, shared_inputs, slots)
         self.seeds[index] = msg["seed"]
         payload = common.b64_pickle({"inputs": input_descs, "outputs": slot_descs})
-        # What this trial holds, so the judge can keep two large trials apart on one device: the
-        # drawn inputs (freed, and cached by the allocator until the check unless large), the
-        # pristine copy, the shared one over CUDA IPC, the expected outputs and the slots.
-        held = [*expected, *(slot for slot, _ in slots)]
+        output_bytes = common.tensor_bytes(torch, expected)
+        return {"payload": payload, "tensor_bytes": self.trial_bytes(input_bytes, output_bytes)}
+
+    def trial_bytes(self, input_bytes, output_bytes):
+        """What a trial holds, so the judge can keep two large trials apart on one device: the
+        drawn inputs (freed, and cached by the allocator until the check unless large), the
+        pristine copy, the shared one over CUDA IPC, the expected outputs and the slots (each
+        the shape and dtype of an expected output)."""
         copies = 2 if self.share_pool is None else 3
-        return {"payload": payload, "tensor_bytes": copies * input_bytes + common.tensor_bytes(torch, held)}
+        return copies * input_bytes + 2 * output_bytes
 
     def _share_anew(self, index, pristine, expected):
         """The trial's inputs as the candidate sees them, their descriptors (None for a value

@@ -200,11 +200,7 @@ fn keep_large_trials_apart(eval: &mut Evaluation<'_>, sizes: TrialSizes) -> Resu
 /// 23_Softmax, 25.8 GB and 58.0 GB: 78 GiB, where an 80 GiB H100 showed its referee at 54.7 to
 /// 60.7 GiB and its candidate's process at 6.9 to 12.9 GiB).
 fn evaluation_bytes(sizes: TrialSizes) -> u64 {
-    sizes.trial_bytes.saturating_add(
-        sizes
-            .output_elements
-            .saturating_mul(PRECISION_BYTES_PER_ELEMENT),
-    )
+    (sizes.trial_bytes).saturating_add(precision_bytes(sizes.output_elements))
 }
 
 /// Bytes in GiB, for messages.
@@ -213,7 +209,12 @@ fn gib(bytes: u64) -> f64 {
 }
 
 fn precision_work_is_large(output_elements: u64, large_work_bytes: u64) -> bool {
-    output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT) >= large_work_bytes
+    precision_bytes(output_elements) >= large_work_bytes
+}
+
+/// What the precision measurement holds beyond a trial's tensors, for `output_elements`.
+fn precision_bytes(output_elements: u64) -> u64 {
+    output_elements.saturating_mul(PRECISION_BYTES_PER_ELEMENT)
 }
 
 /// The precision measurement's float64 copies computed ahead (during the kept trial) are held
