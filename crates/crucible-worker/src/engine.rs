@@ -110,6 +110,9 @@ pub struct Tuning {
     /// The pool does not warm its referees up (`crucible_judge::Workers::warm_referee`), so
     /// each pays its first uses of the trial's kernels and of cuBLAS in its first trial.
     pub cold_referees: bool,
+    /// An evaluation waiting for the GPU's large-evaluation claim keeps its slot, so other
+    /// tasks' evaluations do not run in its place meanwhile (as before 2026-12-07).
+    pub keep_slots_while_waiting: bool,
 }
 
 /// One evaluation to run.
@@ -151,7 +154,9 @@ pub struct Engine {
     versions: String,
     pool: Option<WarmPool>,
     lock: Option<Arc<GpuLock>>,
-    slots: Slots,
+    slots: Arc<Slots>,
+    /// Whether an evaluation waiting for the large-evaluation claim lends its slot.
+    lends_slots: bool,
     tasks: TaskFiles,
     probe: Option<Probe>,
     /// Evaluations share the device (read); a retry after a shared-device fault, and every
@@ -264,6 +269,9 @@ impl Engine {
             what: "creating the task directory",
             source,
         })?;
+        // Only a lock's large-evaluation claim is waited for with nothing to do, and only
+        // beside other evaluations.
+        let lends_slots = concurrency > 1 && lock.is_some() && !tuning.keep_slots_while_waiting;
         Ok(Engine {
             runtime,
             device,
@@ -276,7 +284,8 @@ impl Engine {
             versions,
             pool,
             lock,
-            slots: Slots::new(concurrency),
+            slots: Arc::new(Slots::new(concurrency)),
+            lends_slots,
             tasks,
             probe: tuning.probe,
             alone: RwLock::new(()),
@@ -337,6 +346,25 @@ impl Engine {
     /// How many of those the newest Triton seed was built with (0 without one).
     pub fn launchers_seeded(&self) -> usize {
         self.pool.as_ref().map_or(0, WarmPool::launchers_seeded)
+    }
+
+    /// How many threads should ask this engine for evaluations at once to keep its slots busy:
+    /// `concurrency`, and as many again where an evaluation waiting for the large-evaluation
+    /// claim lends its slot (a thread of its own waits in it). The threads beyond the slots
+    /// wait in [`Engine::evaluate`]; a queue's claim threads wait first
+    /// ([`Engine::wait_for_a_free_slot`]) so as to hold no task they cannot start.
+    pub fn callers(&self) -> usize {
+        if self.lends_slots {
+            self.options.concurrency.saturating_mul(2)
+        } else {
+            self.options.concurrency
+        }
+    }
+
+    /// Waits until an evaluation would find a slot free (one may take it first); `false` once
+    /// `stop` said so first.
+    pub fn wait_for_a_free_slot(&self, stop: &dyn Fn() -> bool) -> bool {
+        self.slots.wait_until_free(stop)
     }
 
     /// Prestarted pairs the pool holds when idle (0 without a warm pool).
@@ -452,6 +480,14 @@ impl Engine {
     ) -> Result<PathBuf, InfraError> {
         cfg.stage_observer = Some(control.observer());
         cfg.abort = Some(control.abort());
+        if self.lends_slots {
+            cfg.timed_phases = (cfg.timed_phases.take()).map(|gate| {
+                Arc::new(LendingGate {
+                    gate,
+                    slots: Arc::clone(&self.slots),
+                }) as Arc<dyn crucible_judge::TimedPhaseGate>
+            });
+        }
         options::apply(&job.options, cfg)
             .map_err(|e| InfraError::Setup(format!("bad judge options: {e}")))?;
         let task_path = self
@@ -902,46 +938,130 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A counting semaphore: at most `concurrency` evaluations at once.
+/// A counting semaphore: at most `concurrency` evaluations at once doing their work. An
+/// evaluation that waits for a turn it cannot use its slot in (the large-evaluation claim)
+/// lends it meanwhile ([`Slots::lend`]) and takes it back without waiting once its turn came,
+/// so the count may stand below zero for a while: the evaluations that run in lent slots then
+/// hand theirs to nobody until it is back at zero.
+#[derive(Debug)]
 struct Slots {
-    free: Mutex<usize>,
+    free: Mutex<isize>,
     freed: Condvar,
 }
 
 struct Slot<'a>(&'a Slots);
 
+/// A slot lent by a waiting evaluation; dropping it takes the slot back, at once.
+struct Lent<'a>(&'a Slots);
+
 impl Slots {
     fn new(count: usize) -> Slots {
         Slots {
-            free: Mutex::new(count),
+            free: Mutex::new(isize::try_from(count).unwrap_or(isize::MAX)),
             freed: Condvar::new(),
         }
     }
 
+    fn count(&self) -> std::sync::MutexGuard<'_, isize> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn acquire(&self) -> Slot<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
+        let mut free = self.count();
+        while *free <= 0 {
             free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
         }
         *free -= 1;
         Slot(self)
     }
-}
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        let mut free = self.0.free.lock().unwrap_or_else(|p| p.into_inner());
-        *free += 1;
-        self.0.freed.notify_one();
+    /// Gives one slot to whoever waits for one, until the guard drops.
+    fn lend(&self) -> Lent<'_> {
+        self.release();
+        Lent(self)
+    }
+
+    /// Waits until a slot is free, without taking it; `false` where `stop` says so first
+    /// (asked before the slots are looked at, too).
+    fn wait_until_free(&self, stop: &dyn Fn() -> bool) -> bool {
+        let mut free = self.count();
+        loop {
+            if stop() {
+                return false;
+            }
+            if *free > 0 {
+                return true;
+            }
+            (free, _) = (self.freed)
+                .wait_timeout(free, ROOM_POLL)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn release(&self) {
+        *self.count() += 1;
+        // Every waiter looks: `acquire` and `wait_until_free` both wait on it.
+        self.freed.notify_all();
     }
 }
 
-/// Runs `jobs` on `engine` from `engine.options().concurrency` threads; results in job order.
+/// How often a wait for a free slot asks its caller whether to stop.
+const ROOM_POLL: Duration = Duration::from_millis(50);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        *self.0.count() -= 1;
+    }
+}
+
+/// The GPU's gate as one evaluation sees it: while it waits for the large-evaluation claim
+/// (another evaluation of a task too large to fit twice holds it, for 7-15 s with a
+/// KernelBench 23_Softmax), its slot goes to another task's evaluation, which would otherwise
+/// wait for nothing it needs: an RL batch's group of samples of one such task took every slot
+/// of a worker with it, so one evaluation ran at a time. The claim's holder takes its slot back
+/// without waiting, so a run of large evaluations never waits for a small one to end.
+#[derive(Debug)]
+struct LendingGate {
+    gate: Arc<dyn crucible_judge::TimedPhaseGate>,
+    slots: Arc<Slots>,
+}
+
+impl crucible_judge::TimedPhaseGate for LendingGate {
+    fn enter(&self) -> crucible_judge::TimedPhaseGuard {
+        self.gate.enter()
+    }
+
+    fn share(&self) -> crucible_judge::TimedPhaseGuard {
+        self.gate.share()
+    }
+
+    fn share_large(&self) -> crucible_judge::TimedPhaseGuard {
+        self.gate.share_large()
+    }
+
+    fn large_evaluation(&self, stop: &dyn Fn() -> bool) -> Option<crucible_judge::TimedPhaseGuard> {
+        // Free now: nothing to wait for, so nothing lent (a slot lent for an instant could
+        // start one more evaluation than the slots allow).
+        if let Some(claim) = self.gate.large_evaluation(&|| true) {
+            return Some(claim);
+        }
+        let _lent = self.slots.lend();
+        self.gate.large_evaluation(stop)
+    }
+}
+
+/// Runs `jobs` on `engine` from [`Engine::callers`] threads; results in job order.
 pub fn evaluate_all(engine: &Engine, jobs: &[Job]) -> Vec<EvalResult> {
     let next = Mutex::new(0usize);
     let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; jobs.len()]);
     std::thread::scope(|scope| {
-        for _ in 0..engine.options().concurrency.min(jobs.len()) {
+        for _ in 0..engine.callers().min(jobs.len()) {
             scope.spawn(|| {
                 loop {
                     let index = {
@@ -976,6 +1096,39 @@ mod tests {
             stage: "trial_0".into(),
             message: message.into(),
         }
+    }
+
+    #[test]
+    fn a_lent_slot_starts_one_more_and_is_taken_back_without_waiting() {
+        let slots = Slots::new(1);
+        // A stop that lets a wait look once, then ends it.
+        let once = || {
+            let asked = std::cell::Cell::new(0);
+            move || {
+                asked.set(asked.get() + 1);
+                asked.get() > 1
+            }
+        };
+        let first = slots.acquire();
+        assert!(!slots.wait_until_free(&once()), "the one slot is taken");
+        let lent = slots.lend();
+        assert!(slots.wait_until_free(&|| false));
+        let second = slots.acquire();
+        // Taken back while the second runs in it: the count stands below zero.
+        drop(lent);
+        assert_eq!(*slots.count(), -1);
+        drop(second);
+        assert!(
+            !slots.wait_until_free(&once()),
+            "the lender runs in its slot again"
+        );
+        drop(first);
+        assert!(slots.wait_until_free(&|| false));
+        assert!(
+            !slots.wait_until_free(&|| true),
+            "a stop ends the wait before it looks"
+        );
+        assert_eq!(*slots.count(), 1);
     }
 
     #[test]

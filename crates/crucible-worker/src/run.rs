@@ -38,6 +38,17 @@ pub trait Evaluator: Send + Sync {
         let _ = control;
         self.evaluate(lease, deadline)
     }
+
+    /// How many claim threads keep this evaluator busy when it judges `concurrency` at once.
+    fn claimers(&self, concurrency: usize) -> usize {
+        concurrency
+    }
+
+    /// Waits until an evaluation claimed now could start, so a claim thread holds no task it
+    /// cannot judge yet; `false` once `stop` is set first.
+    fn wait_for_room(&self, stop: &AtomicBool) -> bool {
+        !stop.load(Ordering::SeqCst)
+    }
 }
 
 impl Evaluator for crate::Engine {
@@ -63,6 +74,15 @@ impl Evaluator for crate::Engine {
             deadline,
         };
         Ok(crate::Engine::evaluate_controlled(self, &job, control))
+    }
+
+    /// More threads than slots where waiting evaluations lend theirs ([`crate::Engine::callers`]).
+    fn claimers(&self, concurrency: usize) -> usize {
+        concurrency.max(crate::Engine::callers(self))
+    }
+
+    fn wait_for_room(&self, stop: &AtomicBool) -> bool {
+        self.wait_for_a_free_slot(&|| stop.load(Ordering::SeqCst))
     }
 }
 
@@ -190,7 +210,7 @@ pub fn run_worker(
         let housekeeping = scope.spawn(|| {
             housekeep(store, &worker, config, &in_flight, stop, &claimers_done);
         });
-        let claimers: Vec<_> = (0..config.concurrency)
+        let claimers: Vec<_> = (0..evaluator.claimers(config.concurrency))
             .map(|_| {
                 scope.spawn(|| {
                     claim_loop(
@@ -241,7 +261,7 @@ fn claim_loop(
     stop: &AtomicBool,
 ) {
     let mut backoff = config.idle_poll;
-    while !stop.load(Ordering::SeqCst) {
+    while evaluator.wait_for_room(stop) {
         match store.claim(worker, config.lease) {
             Ok(Some(lease)) => {
                 backoff = config.idle_poll;

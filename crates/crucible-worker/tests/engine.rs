@@ -657,6 +657,24 @@ fn large_task_engine(
     device_memory_bytes: u64,
     configure: impl FnOnce(&mut EvalConfig),
 ) -> Engine {
+    large_task_engine_keeping_slots(
+        runtime,
+        lock_file,
+        (large_work_bytes, device_memory_bytes),
+        false,
+        configure,
+    )
+}
+
+/// [`large_task_engine`] (`sizes`: its large-work size and device memory), whose evaluations
+/// waiting for the large-evaluation claim keep their slots where `keep_slots` says so.
+fn large_task_engine_keeping_slots(
+    runtime: &Runtime,
+    lock_file: &Path,
+    (large_work_bytes, device_memory_bytes): (u64, u64),
+    keep_slots: bool,
+    configure: impl FnOnce(&mut EvalConfig),
+) -> Engine {
     let options = EngineOptions {
         concurrency: 2,
         warm_pool: false,
@@ -665,6 +683,7 @@ fn large_task_engine(
     };
     let mut tuning = Tuning {
         lock_file: Some(lock_file.to_path_buf()),
+        keep_slots_while_waiting: keep_slots,
         ..tuning(None)
     };
     if let Some(base) = tuning.base.as_mut() {
@@ -733,6 +752,103 @@ fn a_task_too_large_to_fit_twice_waits_for_the_large_evaluation_claim() {
         "{:?}",
         fits.stages
     );
+}
+
+/// While evaluations of a task too large to fit twice wait for the large-evaluation claim
+/// (held here by the test, as another worker's evaluation would), their slots go to another
+/// task's evaluation: with both of an engine's two slots taken by such waits, a small task's
+/// evaluation runs from start to end, where an engine that keeps the waiting evaluations'
+/// slots (as before) leaves it waiting to begin. The waiting ones then take their slots back
+/// and end correct, one at a time.
+#[test]
+fn evaluations_waiting_for_the_large_evaluation_claim_lend_their_slots() {
+    let Some(runtime) = runtime() else { return };
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let lock_file = dir.path().join("gpu-large.lock");
+    // The wide softmax's trials (524,288 bytes) are large work and the relu's (12,800) are
+    // not; a device of 1 byte holds no large evaluation twice.
+    let engine_keeping = |keep_slots| {
+        large_task_engine_keeping_slots(&runtime, &lock_file, (100_000, 1), keep_slots, |_| {})
+    };
+    let elsewhere = GpuLock::new(lock_file.clone(), None).expect("a second lock on the file");
+    // The small evaluation's result where it ended while both large ones waited (else `None`),
+    // the large ones' results, and how long the small one took.
+    let small_beside_two_waiting = |engine: &Engine, within: Duration| {
+        let held = elsewhere.large_evaluation();
+        let controls = [(); 3].map(|()| crucible_worker::engine::Control::new());
+        std::thread::scope(|scope| {
+            let large: Vec<_> = (1..=2)
+                .map(|seed| {
+                    let control = &controls[seed - 1];
+                    let job = job(
+                        "task_wide_softmax.py",
+                        "honest_wide_softmax.py",
+                        seed as u64,
+                    );
+                    scope.spawn(move || engine.evaluate_controlled(&job, control))
+                })
+                .collect();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let waiting = || {
+                controls[..2]
+                    .iter()
+                    .all(|c| c.stage().as_deref() == Some("large-claim"))
+            };
+            while !waiting() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(waiting(), "both large evaluations wait for the claim");
+            let began = Instant::now();
+            let small = scope.spawn(|| {
+                engine.evaluate_controlled(&job("task_relu.py", "honest_relu.py", 3), &controls[2])
+            });
+            while !small.is_finished() && began.elapsed() < within {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let took = began.elapsed();
+            let ended_beside = small.is_finished() && waiting();
+            let small_stage = controls[2].stage();
+            drop(held);
+            let small = small.join().expect("the small evaluation");
+            let large: Vec<_> = large
+                .into_iter()
+                .map(|e| e.join().expect("a large evaluation"))
+                .collect();
+            (ended_beside.then_some(small), small_stage, large, took)
+        })
+    };
+
+    let lending = engine_keeping(false);
+    assert_eq!(
+        lending.callers(),
+        4,
+        "a thread for each slot that may be lent"
+    );
+    let (small, _, large, took) = small_beside_two_waiting(&lending, Duration::from_secs(120));
+    let small = small.expect("the small evaluation ended while both large ones waited");
+    assert_eq!(small.verdict, Verdict::Correct, "{:#?}", small.failure);
+    for result in &large {
+        assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+        assert_eq!(sharing_codes(result), ["ran-one-large-at-a-time"]);
+    }
+
+    // Kept: in more than twice that time the small one has not begun (no stage: it waits for
+    // a slot), and it runs once the claim goes.
+    let keeping = engine_keeping(true);
+    assert_eq!(keeping.callers(), 2);
+    let (ended, stage, large, _) =
+        small_beside_two_waiting(&keeping, took * 2 + Duration::from_secs(2));
+    assert!(
+        ended.is_none(),
+        "the small evaluation ended beside two waits that kept their slots"
+    );
+    assert_eq!(
+        stage, None,
+        "the small evaluation's stage while both slots were kept"
+    );
+    for result in &large {
+        assert_eq!(result.verdict, Verdict::Correct, "{:#?}", result.failure);
+    }
 }
 
 /// A cancel (the worker loop's, for a cancelled task or one past its deadline) ends an

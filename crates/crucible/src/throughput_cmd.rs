@@ -137,6 +137,10 @@ pub struct ThroughputArgs {
     /// trial's kernels and of cuBLAS, under a share): each pays for it in its first trial.
     #[arg(long)]
     cold_referees: bool,
+    /// An evaluation waiting for the GPU's large-evaluation claim keeps its slot instead of
+    /// lending it to another task's evaluation meanwhile (the engine before 2026-12-07).
+    #[arg(long)]
+    keep_slots_while_waiting: bool,
     /// The precision measurement's float64 forwards run in its own stage, after the trials,
     /// instead of on the referee during trial 0 (to measure what running them ahead gains).
     #[arg(long)]
@@ -1030,6 +1034,7 @@ fn engine_for(
         fresh_referees: args.fresh_referees,
         fresh_candidates: args.fresh_candidates,
         cold_referees: args.cold_referees,
+        keep_slots_while_waiting: args.keep_slots_while_waiting,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,
@@ -1103,7 +1108,7 @@ fn evaluate_tagged(engine: &Engine, cases: &[&Case], pace: std::time::Duration) 
     let results: Mutex<Vec<Option<EvalResult>>> = Mutex::new(vec![None; cases.len()]);
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
     std::thread::scope(|scope| {
-        for _ in 0..engine.options().concurrency.min(cases.len()) {
+        for _ in 0..engine.callers().min(cases.len()) {
             scope.spawn(|| {
                 loop {
                     let index = {
