@@ -788,16 +788,16 @@ fn evaluations_waiting_for_the_large_evaluation_claim_lend_their_slots() {
                     scope.spawn(move || engine.evaluate_controlled(&job, control))
                 })
                 .collect();
-            let deadline = Instant::now() + Duration::from_secs(120);
             let waiting = || {
                 controls[..2]
                     .iter()
                     .all(|c| c.stage().as_deref() == Some("large-claim"))
             };
-            while !waiting() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            assert!(waiting(), "both large evaluations wait for the claim");
+            wait_until(
+                "both large evaluations to wait for the claim",
+                Duration::from_secs(120),
+                || waiting().then_some(()),
+            );
             let began = Instant::now();
             let small = scope.spawn(|| {
                 engine.evaluate_controlled(&job("task_relu.py", "honest_relu.py", 3), &controls[2])
