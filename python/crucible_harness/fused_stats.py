@@ -87,19 +87,43 @@ def warm_in_background(torch, expected):
     their compile (about a CPU-second each, with the launcher's gcc) overlaps the candidate's
     first forward instead of holding a share of the GPU that timed phases wait for. Only for
     outputs the kernels will take, once per process."""
-    global warming
     outputs = [e for e in expected if e.is_floating_point() and comparable(torch, e, e)]
+    start_warming(torch, [(e.dtype, e.device) for e in outputs])
+
+
+def warm_ahead(torch, outputs, device):
+    """`warm_in_background` for outputs known by their dtypes and sizes alone (the referee's
+    sizing draws them on the meta device, before the first trial) that will be on `device`:
+    on an H100 a 23_Softmax referee's first check waited 1.4-1.6 s for the compile, begun at its
+    first trial's expected outputs, while the evaluation held the GPU's large-evaluation claim
+    that every other such evaluation waits for; begun at the sizing, it overlaps the wait for
+    that claim instead."""
+    taken = [
+        x
+        for x in outputs
+        if isinstance(x, torch.Tensor)
+        and str(x.dtype).removeprefix("torch.") in COMPARED_DTYPES
+        and x.numel() >= FUSED_MIN_ELEMENTS
+    ]
+    if str(device).startswith("cuda") and triton is not None and not failed:
+        start_warming(torch, [(x.dtype, torch.device(device)) for x in taken])
+
+
+def start_warming(torch, outputs):
+    """Compiles the kernels for each `(dtype, device)` of `outputs` on a thread, once per
+    process (the first call with any outputs starts it; later ones do nothing)."""
+    global warming
     if warming is not None or not outputs:
         return
 
     def warm():
         try:
-            for e in outputs:
+            for dtype, device in outputs:
                 # `empty`, not `zeros`: nothing may run on the GPU here, outside the judge's share
                 # of it (compiling and loading the kernels launches none).
-                ref = torch.empty(16, dtype=torch.float64, device=e.device)
-                out = torch.empty(16, dtype=e.dtype, device=e.device)
-                rows = torch.empty((1, EMULATION_SUMS), dtype=torch.float64, device=e.device)
+                ref = torch.empty(16, dtype=torch.float64, device=device)
+                out = torch.empty(16, dtype=dtype, device=device)
+                rows = torch.empty((1, EMULATION_SUMS), dtype=torch.float64, device=device)
                 launch = {"BLOCK": BLOCK, "num_warps": NUM_WARPS, "grid": (1,)}
                 compare_block_sums.warmup(out, out, ref, rows, 16, **launch)._init_handles()
                 error_block_sums.warmup(ref, out, out, rows, 16, **launch)._init_handles()

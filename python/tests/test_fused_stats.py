@@ -182,3 +182,24 @@ def test_compare_takes_the_fused_path_where_it_is_comparable(monkeypatch):
     assert fused[1] == plain[1] and "elements" in fused[1]
     for key in ("max_abs", "mean_abs", "mismatched", "numel"):
         assert fused[0][key] == pytest.approx(plain[0][key], rel=1e-12), key
+
+
+def test_the_sizing_begins_the_warm_up_for_large_floating_outputs_on_a_gpu(monkeypatch):
+    """`warm_ahead` takes the meta-device outputs the referee's sizing drew: it compiles for a
+    floating-point output of `FUSED_MIN_ELEMENTS` or more that will be on a CUDA device, and for
+    nothing else (a smaller one, an integer one, a CPU device)."""
+    started = []
+    monkeypatch.setattr(fused_stats, "start_warming", lambda torch, outputs: started.append(outputs))
+    monkeypatch.setattr(fused_stats, "failed", False)
+    n = fused_stats.FUSED_MIN_ELEMENTS
+    with torch.device("meta"):
+        large = torch.empty(n, dtype=torch.float32)
+        small = torch.empty(n - 1, dtype=torch.float32)
+        integers = torch.empty(n, dtype=torch.int64)
+    fused_stats.warm_ahead(torch, [small, large, integers, 3.0], "cuda:1")
+    fused_stats.warm_ahead(torch, [large], "cpu")
+    assert started == [[(torch.float32, torch.device("cuda:1"))]]
+    # After a kernel failed, the torch path takes every output: nothing to compile.
+    monkeypatch.setattr(fused_stats, "failed", True)
+    fused_stats.warm_ahead(torch, [large], "cuda:0")
+    assert len(started) == 1

@@ -113,6 +113,10 @@ pub struct Tuning {
     /// An evaluation waiting for the GPU's large-evaluation claim keeps its slot, so other
     /// tasks' evaluations do not run in its place meanwhile (as before 2026-12-07).
     pub keep_slots_while_waiting: bool,
+    /// The evaluation holding the GPU's large-evaluation claim queues for its shares behind
+    /// waiting timed phases like any other (as before 2026-12-07) instead of going ahead of
+    /// them (`GpuLock::share_ahead`).
+    pub large_evaluation_waits_in_line: bool,
 }
 
 /// One evaluation to run.
@@ -254,9 +258,12 @@ impl Engine {
             })?,
         );
         base.teardown = Some(Arc::clone(&reaper) as Arc<dyn crucible_judge::Teardown>);
-        base.timed_phases = lock
-            .clone()
-            .map(|lock| Arc::new(gpu_lock::Gate(lock)) as Arc<dyn crucible_judge::TimedPhaseGate>);
+        base.timed_phases = lock.clone().map(|lock| {
+            Arc::new(gpu_lock::Gate {
+                lock,
+                holder_ahead: !tuning.large_evaluation_waits_in_line,
+            }) as Arc<dyn crucible_judge::TimedPhaseGate>
+        });
         base.reference_timings =
             reference_cache.map(|c| c as Arc<dyn crucible_judge::ReferenceTimingCache>);
         let concurrency = options.concurrency.max(1);
@@ -1043,6 +1050,10 @@ impl crucible_judge::TimedPhaseGate for LendingGate {
 
     fn share_large(&self) -> crucible_judge::TimedPhaseGuard {
         self.gate.share_large()
+    }
+
+    fn share_ahead(&self) -> crucible_judge::TimedPhaseGuard {
+        self.gate.share_ahead()
     }
 
     fn large_evaluation(&self, stop: &dyn Fn() -> bool) -> Option<crucible_judge::TimedPhaseGuard> {

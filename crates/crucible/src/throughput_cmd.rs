@@ -141,6 +141,10 @@ pub struct ThroughputArgs {
     /// lending it to another task's evaluation meanwhile (the engine before 2026-12-07).
     #[arg(long)]
     keep_slots_while_waiting: bool,
+    /// The evaluation holding the GPU's large-evaluation claim queues for its shares behind
+    /// waiting timed phases instead of going ahead of them (the engine before 2026-12-07).
+    #[arg(long)]
+    large_evaluation_waits_in_line: bool,
     /// The precision measurement's float64 forwards run in its own stage, after the trials,
     /// instead of on the referee during trial 0 (to measure what running them ahead gains).
     #[arg(long)]
@@ -1035,6 +1039,7 @@ fn engine_for(
         fresh_candidates: args.fresh_candidates,
         cold_referees: args.cold_referees,
         keep_slots_while_waiting: args.keep_slots_while_waiting,
+        large_evaluation_waits_in_line: args.large_evaluation_waits_in_line,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,

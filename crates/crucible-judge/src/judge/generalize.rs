@@ -124,7 +124,10 @@ pub(super) fn generalize_stage(
         trial: None,
         message: None,
     };
-    let outcome = attempt(eval, referee, candidate, task_abs, &plan)?;
+    let outcome = {
+        let _gpu = super::session::untimed_gpu_work(eval);
+        attempt(eval, referee, candidate, task_abs, &plan)?
+    };
     let (status, diagnostics, usable) = record_outcome(eval, &mut record, outcome);
     eval.stages.push(Stage {
         name: STAGE.to_string(),

@@ -45,6 +45,15 @@ pub trait TimedPhaseGate: Send + Sync + Debug {
         self.share()
     }
 
+    /// The share for untimed work of the evaluation that holds the large-evaluation claim
+    /// ([`TimedPhaseGate::large_evaluation`]): a large share that waits while a timed phase
+    /// holds the device but not while one waits for it. Every evaluation of a task too large to
+    /// fit twice waits for the holder's end, so the holder's waits are theirs too. By default
+    /// the large share.
+    fn share_ahead(&self) -> TimedPhaseGuard {
+        self.share_large()
+    }
+
     /// Blocks while another evaluation holds this claim, then holds it until the guard is
     /// dropped, at the evaluation's end; `None` where `stop` (asked while waiting) said to give
     /// up the wait (the evaluation was cancelled): taken by an evaluation whose trials and precision
