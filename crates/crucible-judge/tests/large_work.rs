@@ -397,3 +397,18 @@ fn the_generalization_plan_takes_no_share_of_the_device_and_its_trial_does() {
         "{on:?}"
     );
 }
+
+/// A trial after the first (whose candidate has compiled) and the repeat each take one share
+/// for their prepare, run and check, where trial 0 takes one for each (and lets the run's go
+/// while the candidate compiles): each share asked for while a timed phase waits waits for it.
+#[test]
+fn later_trials_and_the_repeat_take_one_share_each() {
+    let Some(claims) = claims(u64::MAX) else {
+        return;
+    };
+    let count = |stage: &str| claims.iter().filter(|(s, _)| s == stage).count();
+    // Trial 0's prepare share carries the name of the stage before it (the load's).
+    assert!(count("trial_0") >= 2, "{claims:?}");
+    assert_eq!(count("trial_1"), 1, "{claims:?}");
+    assert_eq!(count("repeat"), 1, "{claims:?}");
+}
