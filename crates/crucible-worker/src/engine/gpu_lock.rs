@@ -96,15 +96,21 @@ impl GpuLock {
 
     /// [`GpuLock::share`], its wait counted from `asked`.
     fn share_asked_at(&self, asked: Instant) -> Held {
+        self.share_through(asked, Turnstile::Pass)
+    }
+
+    /// A share, its wait counted from `asked`, through the turnstile or past it.
+    fn share_through(&self, asked: Instant, turnstile: Turnstile) -> Held {
         // The slot first: a share waiting for one holds nothing a timed phase waits for.
         let slot = self.taken_slot();
-        let file = self.turnstile().and_then(|turnstile| {
-            turnstile.lock_shared()?;
-            drop(turnstile);
+        let file = (|| {
+            if turnstile == Turnstile::Pass {
+                self.turnstile()?.lock_shared()?;
+            }
             let file = open(&self.path)?;
             file.lock_shared()?;
             Ok(file)
-        });
+        })();
         let mut held = self.held(file, asked, Mode::Shared);
         held.slot = slot;
         held
@@ -133,13 +139,7 @@ impl GpuLock {
     pub fn share_ahead(&self) -> Held {
         let asked = Instant::now();
         let large = self.lock_beside("large", "large-memory");
-        let slot = self.taken_slot();
-        let file = open(&self.path).and_then(|file| {
-            file.lock_shared()?;
-            Ok(file)
-        });
-        let mut held = self.held(file, asked, Mode::Shared);
-        held.slot = slot;
+        let mut held = self.share_through(asked, Turnstile::Skip);
         held.large = large;
         held
     }
@@ -262,6 +262,14 @@ impl GpuLock {
             probe: self.probe.clone(),
         }
     }
+}
+
+/// Whether a share passes through the turnstile (and so waits behind a timed phase that
+/// waits for the GPU) or skips it ([`GpuLock::share_ahead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turnstile {
+    Pass,
+    Skip,
 }
 
 /// How a [`Held`] holds the GPU.
