@@ -138,6 +138,17 @@ class CompileNotes:
                 notes.leave()
 
         compiler.CompiledKernel._init_handles = _init_handles
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return  # the interpreter's autotuner benchmarks nothing (see `LaunchRecorder`)
+        from triton.runtime import autotuner
+
+        original_bench = autotuner.Autotuner._bench
+
+        def _bench(self, *args, config, **meta):
+            notes.pause()
+            return original_bench(self, *args, config=config, **meta)
+
+        autotuner.Autotuner._bench = _bench
 
     @contextlib.contextmanager
     def during(self):
@@ -156,6 +167,22 @@ class CompileNotes:
                 self.chan.send({"note": "compiling", **({"launcher": launcher} if launcher else {})})
             self.depth += 1
 
+    def pause(self):
+        """Before one of the autotuner's config benchmarks: the `yield` note, after which the
+        judge lets a timed phase that waits for the GPU go first and answers once it holds its
+        share again, so that phase waits for one config's benchmark, not for every config's.
+        Not inside a compile, which holds no share."""
+        with self.lock:
+            if not self.active or self.depth:
+                return
+            self.chan.send({"note": "yield"})
+            self.await_resumed()
+
+    def await_resumed(self):
+        answer = self.chan.recv()
+        if answer != {"resumed": True}:
+            raise protocol.ProtocolError(f"expected the judge's resumed, got {answer!r:.200}")
+
     def leave(self):
         with self.lock:
             if self.depth == 0:
@@ -163,9 +190,7 @@ class CompileNotes:
             self.depth -= 1
             if self.depth == 0:
                 self.chan.send({"note": "compiled"})
-                answer = self.chan.recv()
-                if answer != {"resumed": True}:
-                    raise protocol.ProtocolError(f"expected the judge's resumed, got {answer!r:.200}")
+                self.await_resumed()
 
 
 def launcher_types(kernel):

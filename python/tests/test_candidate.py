@@ -340,6 +340,9 @@ def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch
 
     loads = []
     monkeypatch.setattr(compiler.CompiledKernel, "_init_handles", lambda self: loads.append(self))
+    from triton.runtime import autotuner
+
+    monkeypatch.setattr(autotuner.Autotuner, "_bench", autotuner.Autotuner._bench)  # restored after
     jit = types.SimpleNamespace(JITFunction=type("JITFunction", (), {"_do_compile": lambda self: None}))
     judge = JudgeStub()
     notes = candidate.CompileNotes(judge)
@@ -371,6 +374,31 @@ def test_a_launcher_already_built_is_loaded_without_a_note(tmp_path, monkeypatch
     assert not candidate.launcher_built(compiled(64))
     # What cannot be told is noted, as before.
     assert not candidate.launcher_built(types.SimpleNamespace())
+
+
+def test_each_autotuner_benchmark_is_preceded_by_a_yield_note_during_a_run(monkeypatch):
+    import types
+
+    from triton.runtime import autotuner
+
+    benched = []
+    monkeypatch.setattr(autotuner.Autotuner, "_bench", lambda self, *args, config, **meta: benched.append(config) or [1.0])
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the interpreter's autotuner benchmarks nothing
+    jit = types.SimpleNamespace(JITFunction=type("JITFunction", (), {"_do_compile": lambda self: None}))
+    judge = JudgeStub()
+    notes = candidate.CompileNotes(judge)
+    notes.install(jit)
+    tuner = object.__new__(autotuner.Autotuner)
+    assert autotuner.Autotuner._bench(tuner, 1, config="outside a run") == [1.0]
+    assert judge.sent == []
+    with notes.during():
+        autotuner.Autotuner._bench(tuner, 1, config="a")
+        autotuner.Autotuner._bench(tuner, 1, config="b")
+        notes.enter()  # inside a compile no share is held: nothing to let go
+        autotuner.Autotuner._bench(tuner, 1, config="compiling")
+        notes.leave()
+    assert judge.sent == [{"note": "yield"}, {"note": "yield"}, {"note": "compiling"}, {"note": "compiled"}]
+    assert benched == ["outside a run", "a", "b", "compiling"]
 
 
 def test_a_compiled_kernel_finds_the_launcher_its_noted_types_build(tmp_path, monkeypatch):

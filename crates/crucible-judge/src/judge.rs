@@ -393,9 +393,10 @@ struct Evaluation<'a> {
     /// The evaluation holds the gate's exclusive claim (`EvalConfig::exclusive_checks`): its
     /// untimed device work needs no share meanwhile.
     holds_device: bool,
-    /// The evaluation holds a share for a whole trial (`Session::trial_under_one_share`): the
-    /// trial's requests take none of their own meanwhile.
-    holds_share: bool,
+    /// The share held for a whole trial (`Session::trial_under_one_share`): the trial's
+    /// requests take none of their own meanwhile, and it is let go and taken again between
+    /// two of them where a timed phase waits (`session::yield_share`).
+    trial_share: Option<TimedPhaseGuard>,
     /// The gate's large-evaluation claim, held to the evaluation's end once taken (see
     /// `EvalConfig::device_memory_bytes`).
     large_claim: Option<TimedPhaseGuard>,
@@ -547,7 +548,7 @@ impl<'a> Evaluation<'a> {
             precision: None,
             large_device_work,
             holds_device: false,
-            holds_share: false,
+            trial_share: None,
             large_claim: None,
         }
     }

@@ -16,8 +16,11 @@
 //! no kernel of the candidate runs without it. A note anywhere else is a protocol error. A
 //! `compiling` note before a kernel's launcher is built also names the launcher's argument
 //! types (`"launcher": ["*fp32", "i32", "constexpr"]`), which the judge may build into the next
-//! Triton seed (`triton_seed.rs`).
-//! [`NOTE_COMPILING`], [`NOTE_COMPILED`], [`resumed`].
+//! Triton seed (`triton_seed.rs`). Between two of its autotuner's config benchmarks the candidate
+//! process sends `{"note": "yield"}` and waits for `{"resumed": true}` too: where a timed phase of
+//! another evaluation waits for the device, the judge lets its share go first and answers once
+//! it holds one again, so that phase waits for one config's benchmark, not for all of them.
+//! [`NOTE_COMPILING`], [`NOTE_COMPILED`], [`NOTE_YIELD`], [`resumed`].
 //!
 //! The same shapes are written to `python/crucible_harness/protocol.json` as JSON Schema
 //! ([`document`]); the harness checks every request it receives and every reply it sends against
@@ -35,7 +38,12 @@ pub(crate) const NOTE_COMPILING: &str = "compiling";
 /// The compile is over; the candidate process waits for [`resumed`] before it goes on.
 pub(crate) const NOTE_COMPILED: &str = "compiled";
 
-/// The judge's answer to [`NOTE_COMPILED`]: the candidate process may use the GPU again.
+/// Between two pieces of the candidate's GPU work (the autotuner's config benchmarks): the
+/// candidate process waits for [`resumed`], which may come after a waiting timed phase.
+pub(crate) const NOTE_YIELD: &str = "yield";
+
+/// The judge's answer to [`NOTE_COMPILED`] and [`NOTE_YIELD`]: the candidate process may use
+/// the GPU again.
 pub(crate) fn resumed() -> Value {
     serde_json::json!({"resumed": true})
 }

@@ -4,6 +4,7 @@
 //! which stage took which kind of claim; the size is lowered to what a CPU trial holds.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +38,8 @@ enum Claim {
 struct Recorder {
     stage: Mutex<String>,
     claims: Mutex<Vec<(String, Claim)>>,
+    /// What the gate answers when asked whether a timed phase waits for the device.
+    timed_phase_waits: AtomicBool,
 }
 
 impl Recorder {
@@ -91,6 +94,10 @@ impl TimedPhaseGate for Gate {
         self.0.log(Claim::LargeEvaluation);
         Some(Box::new(Dropped(Arc::clone(&self.0))))
     }
+
+    fn timed_phase_waiting(&self) -> bool {
+        self.0.timed_phase_waits.load(Ordering::Relaxed)
+    }
 }
 
 /// What a trial of the relu fixture holds at its small size: an 8 x 100 float32 input, its
@@ -123,6 +130,12 @@ type Evaluated = (Vec<(String, Claim)>, Vec<String>);
 
 /// [`claims_with`], and the result's findings' codes.
 fn evaluated_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Evaluated> {
+    evaluated(false, set)
+}
+
+/// [`evaluated_with`], the gate saying whether a timed phase waits for the device as
+/// `timed_phase_waits` does.
+fn evaluated(timed_phase_waits: bool, set: impl FnOnce(&mut EvalConfig)) -> Option<Evaluated> {
     let runtime = match Runtime::discover() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -130,7 +143,10 @@ fn evaluated_with(set: impl FnOnce(&mut EvalConfig)) -> Option<Evaluated> {
             return None;
         }
     };
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder {
+        timed_phase_waits: AtomicBool::new(timed_phase_waits),
+        ..Recorder::default()
+    });
     let mut cfg = EvalConfig::new(Device::Cpu);
     cfg.limits = StageLimits::uniform(Device::Cpu, Duration::from_secs(120));
     cfg.trials = 2;
@@ -411,4 +427,20 @@ fn later_trials_and_the_repeat_take_one_share_each() {
     assert!(count("trial_0") >= 2, "{claims:?}");
     assert_eq!(count("trial_1"), 1, "{claims:?}");
     assert_eq!(count("repeat"), 1, "{claims:?}");
+}
+
+#[test]
+fn a_trials_share_lets_a_waiting_timed_phase_go_first_between_its_prepare_run_and_check() {
+    let Some((claims, _)) = evaluated(true, |cfg| cfg.large_work_bytes = u64::MAX) else {
+        return;
+    };
+    let count = |stage: &str| claims.iter().filter(|(s, _)| s == stage).count();
+    // Taken before the prepare, again after it and after the run: three where no timed
+    // phase waits takes one (`later_trials_and_the_repeat_take_one_share_each`).
+    assert_eq!(count("trial_1"), 3, "{claims:?}");
+    assert_eq!(count("repeat"), 3, "{claims:?}");
+    assert!(
+        claims.iter().all(|(_, claim)| *claim != Claim::Large),
+        "{claims:?}"
+    );
 }

@@ -117,6 +117,10 @@ pub struct Tuning {
     /// waiting timed phases like any other (as before 2026-12-07) instead of going ahead of
     /// them (`GpuLock::share_ahead`).
     pub large_evaluation_waits_in_line: bool,
+    /// A share held across several pieces of untimed work is held to its end even while a
+    /// timed phase waits for it (as before 2026-12-07, session 54), instead of letting the
+    /// phase go first between two pieces (`TimedPhaseGate::timed_phase_waiting`).
+    pub shares_never_yield: bool,
 }
 
 /// One evaluation to run.
@@ -262,6 +266,7 @@ impl Engine {
             Arc::new(gpu_lock::Gate {
                 lock,
                 holder_ahead: !tuning.large_evaluation_waits_in_line,
+                shares_yield: !tuning.shares_never_yield,
             }) as Arc<dyn crucible_judge::TimedPhaseGate>
         });
         base.reference_timings =

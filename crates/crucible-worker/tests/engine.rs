@@ -328,7 +328,7 @@ fn hold_from_both(
         .expect("events")
         .iter()
         .filter_map(|e| match e {
-            EngineEvent::TimedPhases { entered, left } => Some((*entered, *left)),
+            EngineEvent::TimedPhases { entered, left, .. } => Some((*entered, *left)),
             _ => None,
         })
         .collect();

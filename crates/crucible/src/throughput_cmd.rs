@@ -145,6 +145,11 @@ pub struct ThroughputArgs {
     /// waiting timed phases instead of going ahead of them (the engine before 2026-12-07).
     #[arg(long)]
     large_evaluation_waits_in_line: bool,
+    /// A share held across several pieces of untimed work (a later trial's prepare, run and
+    /// check; the autotuner's benchmarks) is held to its end while a timed phase waits for it,
+    /// instead of letting the phase go first between two pieces (the engine before session 54).
+    #[arg(long)]
+    shares_never_yield: bool,
     /// The precision measurement's float64 forwards run in its own stage, after the trials,
     /// instead of on the referee during trial 0 (to measure what running them ahead gains).
     #[arg(long)]
@@ -622,6 +627,34 @@ struct Seen {
     cpu_s: Option<[f64; 2]>,
     /// Waiting pairs the pool killed to make way for its run alone (a retry, or `ran-alone`).
     pairs_dropped_to_run_alone: Option<usize>,
+    /// Every hold of the GPU lock, in the order they ended: what a timed phase's wait was
+    /// made of (the shares it drained, the timed phases before it) is read from these.
+    lock_spans: Vec<LockSpan>,
+}
+
+/// One hold of the GPU lock: asked for, entered, left; in `stage` when it was let go.
+#[derive(Clone)]
+struct LockSpan {
+    exclusive: bool,
+    asked: Instant,
+    entered: Instant,
+    left: Instant,
+    stage: Option<String>,
+}
+
+impl LockSpan {
+    /// `[mode, asked, entered, left, stage]`, the times in seconds since `origin`: `x` a timed
+    /// phase, `s` a share.
+    fn json(&self, origin: Instant) -> serde_json::Value {
+        let since = |t: Instant| t.saturating_duration_since(origin).as_secs_f64();
+        serde_json::json!([
+            if self.exclusive { "x" } else { "s" },
+            since(self.asked),
+            since(self.entered),
+            since(self.left),
+            self.stage,
+        ])
+    }
 }
 
 impl Seen {
@@ -701,6 +734,7 @@ struct Row {
     claim_over_witness: [Option<f64>; 2],
     /// Its outside witnesses were measured again (`timing-rechecked`).
     timing_rechecked: bool,
+    lock_spans: Vec<LockSpan>,
     /// Seconds its precision measurement's float64 forwards took on the referee during trial
     /// 0, where they ran there (`precision.forwards_ahead_s`).
     precision_ahead_s: Option<f64>,
@@ -723,6 +757,8 @@ struct Measured {
     engine_start_s: f64,
     /// Prestarted pairs when the clock started, and the pool's depth.
     pool_at_start: (usize, usize),
+    /// When the batch's clock started: the origin of the lock spans' times.
+    started: Instant,
     batch_s: f64,
     rows: Vec<Row>,
     intervals: Vec<(Instant, Instant)>,
@@ -992,13 +1028,36 @@ impl Recorder {
             EngineEvent::ProcessCpu { cpu_s } => {
                 job.cpu_s = Some(add2(job.cpu_s.unwrap_or_default(), cpu_s));
             }
-            EngineEvent::TimedPhases { entered, left } => {
+            EngineEvent::TimedPhases {
+                asked,
+                entered,
+                left,
+            } => {
+                job.lock_spans.push(LockSpan {
+                    exclusive: true,
+                    asked,
+                    entered,
+                    left,
+                    stage: current_stage(),
+                });
                 if let Ok(mut timed) = self.timed.lock() {
                     timed.push((entered, left));
                 }
             }
-            EngineEvent::UntimedGpuWork { entered, left } => {
-                job.add_share(current_stage().as_deref(), (left - entered).as_secs_f64());
+            EngineEvent::UntimedGpuWork {
+                asked,
+                entered,
+                left,
+            } => {
+                let stage = current_stage();
+                job.add_share(stage.as_deref(), (left - entered).as_secs_f64());
+                job.lock_spans.push(LockSpan {
+                    exclusive: false,
+                    asked,
+                    entered,
+                    left,
+                    stage,
+                });
                 if let Ok(mut untimed) = self.untimed.lock() {
                     untimed.push((entered, left));
                 }
@@ -1040,6 +1099,7 @@ fn engine_for(
         cold_referees: args.cold_referees,
         keep_slots_while_waiting: args.keep_slots_while_waiting,
         large_evaluation_waits_in_line: args.large_evaluation_waits_in_line,
+        shares_never_yield: args.shares_never_yield,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,
@@ -1092,6 +1152,7 @@ fn run_mode(
     Ok(Measured {
         engine_start_s,
         pool_at_start,
+        started,
         batch_s,
         rows,
         intervals,
@@ -1231,6 +1292,7 @@ fn row(result: &EvalResult, kind: Kind, seen: &Seen, on: bool) -> Row {
             .any(|f| f.code == "ran-one-large-at-a-time"),
         claim_over_witness: claim_over_witness(result.timing.as_ref()),
         timing_rechecked: result.findings.iter().any(|f| f.code == "timing-rechecked"),
+        lock_spans: seen.lock_spans.clone(),
         precision_ahead_s: result.precision.as_ref().and_then(|p| p.forwards_ahead_s),
         cpu_s: seen.cpu_s,
         start_cpu_s: seen.start_cpu_s,
@@ -1816,6 +1878,7 @@ impl Measured {
                 "claim_over_synced": row.claim_over_witness[1],
                 "timing_rechecked": row.timing_rechecked,
                 "precision_ahead_s": row.precision_ahead_s,
+                "locks": row.lock_spans.iter().map(|span| span.json(self.started)).collect::<Vec<_>>(),
             });
             writeln!(file, "{line}")?;
         }

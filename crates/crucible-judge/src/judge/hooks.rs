@@ -66,6 +66,15 @@ pub trait TimedPhaseGate: Send + Sync + Debug {
         let _ = stop;
         Some(Box::new(()))
     }
+
+    /// Whether a timed phase waits for the device now, for the shares held to end. An
+    /// evaluation that holds a share across several pieces of untimed work (a later trial's
+    /// prepare, run and check; the autotuner's benchmarks, config after config) asks between
+    /// two of them, and where one waits lets its share go and asks again behind it: the phase
+    /// then waits for one piece, not all of them. By default none ever waits.
+    fn timed_phase_waiting(&self) -> bool {
+        false
+    }
 }
 
 /// Everything a reference timing depends on besides the trusted referee's own code. Timings

@@ -233,6 +233,21 @@ impl GpuLock {
         }
     }
 
+    /// Whether a timed phase waits for the GPU now: it holds the turnstile exclusively from
+    /// its ask to its entry, and nothing else does ([`GpuLock::acquire`]), so a shared lock of
+    /// the turnstile that cannot be had at once means one waits. Asked by a holder of a share,
+    /// which no timed phase can be inside beside. `false` where the turnstile cannot be read.
+    pub fn timed_phase_waiting(&self) -> bool {
+        let Ok(turnstile) = self.turnstile() else {
+            return false;
+        };
+        match turnstile.try_lock_shared() {
+            Ok(()) => false,
+            Err(std::fs::TryLockError::WouldBlock) => true,
+            Err(std::fs::TryLockError::Error(_)) => false,
+        }
+    }
+
     fn turnstile(&self) -> std::io::Result<File> {
         open(&self.path.with_extension("turnstile"))
     }
@@ -257,6 +272,7 @@ impl GpuLock {
             file,
             slot: None,
             large: None,
+            asked,
             entered,
             mode,
             probe: self.probe.clone(),
@@ -314,6 +330,7 @@ pub struct Held {
     slot: Option<File>,
     /// The large-memory claim ([`GpuLock::share_large`]).
     large: Option<File>,
+    asked: Instant,
     entered: Instant,
     mode: Mode,
     probe: Option<Probe>,
@@ -329,10 +346,18 @@ impl Drop for Held {
     fn drop(&mut self) {
         // Reported while still held, so intervals from the probe can be checked for overlap.
         if let Some(probe) = &self.probe {
-            let (entered, left) = (self.entered, Instant::now());
+            let (asked, entered, left) = (self.asked, self.entered, Instant::now());
             probe(match self.mode {
-                Mode::Exclusive => EngineEvent::TimedPhases { entered, left },
-                Mode::Shared => EngineEvent::UntimedGpuWork { entered, left },
+                Mode::Exclusive => EngineEvent::TimedPhases {
+                    asked,
+                    entered,
+                    left,
+                },
+                Mode::Shared => EngineEvent::UntimedGpuWork {
+                    asked,
+                    entered,
+                    left,
+                },
             });
         }
         if let Some(file) = self.file.take() {
@@ -355,6 +380,9 @@ pub(crate) struct Gate {
     /// The large-evaluation claim's holder shares ahead of waiting timed phases
     /// ([`GpuLock::share_ahead`]); else it queues like any large share.
     pub holder_ahead: bool,
+    /// A share held across several pieces of untimed work lets a waiting timed phase go first
+    /// between two of them ([`TimedPhaseGate::timed_phase_waiting`]); else it is held to its end.
+    pub shares_yield: bool,
 }
 
 impl TimedPhaseGate for Gate {
@@ -382,6 +410,10 @@ impl TimedPhaseGate for Gate {
         let claim = self.lock.large_evaluation_unless(stop)?;
         Some(Box::new(claim))
     }
+
+    fn timed_phase_waiting(&self) -> bool {
+        self.shares_yield && self.lock.timed_phase_waiting()
+    }
 }
 
 #[cfg(test)]
@@ -402,8 +434,12 @@ mod tests {
             let log = Arc::clone(&log);
             Arc::new(move |event| {
                 let entry = match event {
-                    EngineEvent::TimedPhases { entered, left } => (Mode::Exclusive, entered, left),
-                    EngineEvent::UntimedGpuWork { entered, left } => (Mode::Shared, entered, left),
+                    EngineEvent::TimedPhases { entered, left, .. } => {
+                        (Mode::Exclusive, entered, left)
+                    }
+                    EngineEvent::UntimedGpuWork { entered, left, .. } => {
+                        (Mode::Shared, entered, left)
+                    }
                     _ => return,
                 };
                 log.lock().expect("log").push(entry);
@@ -540,6 +576,35 @@ mod tests {
             after_entered >= timed_left,
             "a share ahead beside a timed phase"
         );
+    }
+
+    #[test]
+    fn a_share_holder_sees_a_timed_phase_wait_and_lets_it_go_first() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, log) = lock_with_log(dir.path());
+        // Another worker process's view of the same files.
+        let (other, _) = lock_with_log(dir.path());
+        let mut share = Some(lock.share());
+        assert!(!other.timed_phase_waiting(), "nothing waits yet");
+        std::thread::scope(|scope| {
+            let timed = scope.spawn(|| drop(other.acquire()));
+            let asked = Instant::now();
+            while !lock.timed_phase_waiting() && asked.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert!(
+                lock.timed_phase_waiting(),
+                "the waiting timed phase went unseen"
+            );
+            // Let go and asked again: the share now waits for the phase's end.
+            drop(share.take());
+            share = Some(lock.share());
+            timed.join().expect("timed thread");
+        });
+        assert!(!lock.timed_phase_waiting(), "the timed phase has ended");
+        drop(share);
+        let order: Vec<Mode> = log.lock().expect("log").iter().map(|(m, ..)| *m).collect();
+        assert_eq!(order, [Mode::Shared, Mode::Shared], "this lock's own holds");
     }
 
     #[test]

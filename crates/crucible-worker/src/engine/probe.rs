@@ -23,11 +23,20 @@ pub enum EngineEvent {
     /// How long an evaluation waited for the GPU lock (for its timed phases or, shared, for
     /// untimed GPU work).
     GpuLockWait(Duration),
-    /// An evaluation held the GPU from `entered` to `left` (reported before release).
-    TimedPhases { entered: Instant, left: Instant },
+    /// An evaluation held the GPU from `entered` to `left` (reported before release), having
+    /// asked for it at `asked`.
+    TimedPhases {
+        asked: Instant,
+        entered: Instant,
+        left: Instant,
+    },
     /// An evaluation's untimed GPU work (a trial, building a model...) held a share of the GPU
-    /// from `entered` to `left`; it must not overlap any `TimedPhases`.
-    UntimedGpuWork { entered: Instant, left: Instant },
+    /// from `entered` to `left`, asked for at `asked`; it must not overlap any `TimedPhases`.
+    UntimedGpuWork {
+        asked: Instant,
+        entered: Instant,
+        left: Instant,
+    },
     /// An evaluation is about to run with the device cleared (a large task's retry, or its
     /// `ran-alone` run), and the warm pool made way for it: it killed `dropped` waiting pairs
     /// and starts none until that run ends.
