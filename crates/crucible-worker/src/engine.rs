@@ -121,6 +121,10 @@ pub struct Tuning {
     /// timed phase waits for it (as before 2026-12-07, session 54), instead of letting the
     /// phase go first between two pieces (`TimedPhaseGate::timed_phase_waiting`).
     pub shares_never_yield: bool,
+    /// Shares race the engine's timed phases for the GPU as `flock` has them, instead of
+    /// waiting while one waits for it or holds it (`GpuLock::in_any_order`; the lock before
+    /// 2026-12-07, session 54).
+    pub timed_phases_in_any_order: bool,
 }
 
 /// One evaluation to run.
@@ -780,9 +784,12 @@ fn gpu_lock(
         what: "opening the GPU lock file",
         source,
     })?;
-    Ok(Some(Arc::new(
-        lock.with_slots(tuning.gpu_slots.unwrap_or(0)),
-    )))
+    let lock = lock.with_slots(tuning.gpu_slots.unwrap_or(0));
+    Ok(Some(Arc::new(if tuning.timed_phases_in_any_order {
+        lock.in_any_order()
+    } else {
+        lock
+    })))
 }
 
 /// What `try_take` gives once it gives something; `None` once `control` is cancelled first (the

@@ -150,6 +150,11 @@ pub struct ThroughputArgs {
     /// instead of letting the phase go first between two pieces (the engine before session 54).
     #[arg(long)]
     shares_never_yield: bool,
+    /// Shares race the engine's timed phases for the GPU as `flock` has them, instead of
+    /// waiting while one waits or holds it, so timed phases queued behind one another each
+    /// wait for the shares that got in between (the engine before session 54).
+    #[arg(long)]
+    timed_phases_in_any_order: bool,
     /// The precision measurement's float64 forwards run in its own stage, after the trials,
     /// instead of on the referee during trial 0 (to measure what running them ahead gains).
     #[arg(long)]
@@ -1100,6 +1105,7 @@ fn engine_for(
         keep_slots_while_waiting: args.keep_slots_while_waiting,
         large_evaluation_waits_in_line: args.large_evaluation_waits_in_line,
         shares_never_yield: args.shares_never_yield,
+        timed_phases_in_any_order: args.timed_phases_in_any_order,
         lock_file: args.lock_file.clone(),
         pool_depth: args.pool_depth.map(|n| n as usize),
         pool_nice: args.pool_nice,

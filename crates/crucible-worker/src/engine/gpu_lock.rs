@@ -11,6 +11,12 @@
 //! waits for the GPU; untimed work passes through the turnstile (a shared lock, dropped at once)
 //! before it asks for its share, so none starts while a timed phase waits.
 //!
+//! Within one process, timed phases also go first: a share asked for while one of the process's
+//! timed phases waits for the GPU or holds it waits for its end (a condition variable, before the
+//! turnstile), so timed phases that queue behind one another run back to back, and the second
+//! need not wait for shares that queued behind the first to drain. `flock` alone wakes all
+//! waiters at a release, and the shares often won.
+//!
 //! Optionally, at most N shares at once (`slots`): N more files, each locked exclusively by one
 //! share, taken before the turnstile. Every process with work on a GPU makes every other one's
 //! waits for a result longer (the GPU time-slices between contexts, 2 to 3 ms per busy process
@@ -18,7 +24,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crucible_judge::{TimedPhaseGate, TimedPhaseGuard};
@@ -31,6 +37,58 @@ pub struct GpuLock {
     probe: Option<Probe>,
     /// At most this many shares at once (0: no limit).
     slots: usize,
+    /// This process's timed phases go first (`None`: shares race them, as `flock` has them).
+    order: Option<Arc<TimedOrder>>,
+}
+
+/// This process's timed phases that wait for the GPU or hold it; shares wait while any do.
+#[derive(Default)]
+struct TimedOrder {
+    phases: Mutex<usize>,
+    ended: Condvar,
+}
+
+impl TimedOrder {
+    fn phases(&self) -> MutexGuard<'_, usize> {
+        // A count only: a thread that panicked holding it left it consistent.
+        self.phases
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// One more timed phase, from its ask to its release ([`TimedPhase`]'s drop).
+    fn begin(self: &Arc<Self>) -> TimedPhase {
+        *self.phases() += 1;
+        TimedPhase(Arc::clone(self))
+    }
+
+    /// Blocks while one of the process's timed phases waits or holds the GPU.
+    fn wait_for_none(&self) {
+        let mut phases = self.phases();
+        while *phases > 0 {
+            phases = self
+                .ended
+                .wait(phases)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    fn any(&self) -> bool {
+        *self.phases() > 0
+    }
+}
+
+/// A timed phase counted in its process's [`TimedOrder`] until dropped.
+struct TimedPhase(Arc<TimedOrder>);
+
+impl Drop for TimedPhase {
+    fn drop(&mut self) {
+        let mut phases = self.0.phases();
+        *phases = phases.saturating_sub(1);
+        if *phases == 0 {
+            self.0.ended.notify_all();
+        }
+    }
 }
 
 impl std::fmt::Debug for GpuLock {
@@ -52,7 +110,15 @@ impl GpuLock {
             path,
             probe,
             slots: 0,
+            order: Some(Arc::default()),
         })
+    }
+
+    /// Shares race this process's timed phases for the GPU as `flock` has them, instead of
+    /// waiting while one waits or holds it (the lock before 2026-12-07, session 54).
+    pub fn in_any_order(mut self) -> GpuLock {
+        self.order = None;
+        self
     }
 
     /// At most `slots` shares at once, across every thread and process that uses the same
@@ -78,6 +144,7 @@ impl GpuLock {
     /// Blocks until this thread holds the GPU; released when the guard drops.
     pub fn acquire(&self) -> Held {
         let asked = Instant::now();
+        let counted = self.order.as_ref().map(TimedOrder::begin);
         let file = self.turnstile().and_then(|turnstile| {
             turnstile.lock()?;
             let file = open(&self.path)?;
@@ -85,7 +152,9 @@ impl GpuLock {
             // Dropping the turnstile (closing it) lets untimed work queue behind this phase.
             Ok(file)
         });
-        self.held(file, asked, Mode::Exclusive)
+        let mut held = self.held(file, asked, Mode::Exclusive);
+        held.counted = counted;
+        held
     }
 
     /// Blocks while a timed phase holds the GPU or waits for it; then holds a share of it,
@@ -101,6 +170,10 @@ impl GpuLock {
 
     /// A share, its wait counted from `asked`, through the turnstile or past it.
     fn share_through(&self, asked: Instant, turnstile: Turnstile) -> Held {
+        // Behind this process's timed phases; ahead of none past the turnstile.
+        if let (Some(order), Turnstile::Pass) = (&self.order, turnstile) {
+            order.wait_for_none();
+        }
         // The slot first: a share waiting for one holds nothing a timed phase waits for.
         let slot = self.taken_slot();
         let file = (|| {
@@ -238,6 +311,10 @@ impl GpuLock {
     /// the turnstile that cannot be had at once means one waits. Asked by a holder of a share,
     /// which no timed phase can be inside beside. `false` where the turnstile cannot be read.
     pub fn timed_phase_waiting(&self) -> bool {
+        // This process's own: a share holder asks, so any counted one waits.
+        if self.order.as_ref().is_some_and(|order| order.any()) {
+            return true;
+        }
         let Ok(turnstile) = self.turnstile() else {
             return false;
         };
@@ -272,6 +349,7 @@ impl GpuLock {
             file,
             slot: None,
             large: None,
+            counted: None,
             asked,
             entered,
             mode,
@@ -330,6 +408,8 @@ pub struct Held {
     slot: Option<File>,
     /// The large-memory claim ([`GpuLock::share_large`]).
     large: Option<File>,
+    /// A timed phase's count in its process's order, dropped after the GPU itself.
+    counted: Option<TimedPhase>,
     asked: Instant,
     entered: Instant,
     mode: Mode,
@@ -370,6 +450,8 @@ impl Drop for Held {
         if let Some(large) = self.large.take() {
             let _ = large.unlock();
         }
+        // Last: the shares it let wait find the GPU free.
+        drop(self.counted.take());
     }
 }
 
@@ -605,6 +687,46 @@ mod tests {
         drop(share);
         let order: Vec<Mode> = log.lock().expect("log").iter().map(|(m, ..)| *m).collect();
         assert_eq!(order, [Mode::Shared, Mode::Shared], "this lock's own holds");
+    }
+
+    /// A timed phase holds the GPU; a share queues behind it, then a second timed phase: the
+    /// second timed phase's hold, and the share's, as logged `(entered, left)`.
+    fn a_share_between_two_timed_phases(
+        lock: &Arc<GpuLock>,
+        log: &Intervals,
+    ) -> [(Instant, Instant); 2] {
+        let first = lock.acquire();
+        std::thread::scope(|scope| {
+            scope.spawn(|| drop(lock.share()));
+            std::thread::sleep(Duration::from_millis(50));
+            scope.spawn(|| {
+                let second = lock.acquire();
+                std::thread::sleep(Duration::from_millis(30));
+                drop(second);
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            drop(first);
+        });
+        let log = log.lock().expect("log");
+        let hold = |mode: Mode| {
+            log.iter()
+                .filter(|(m, ..)| *m == mode)
+                .map(|(_, entered, left)| (*entered, *left))
+                .next_back()
+                .expect("a hold")
+        };
+        [hold(Mode::Exclusive), hold(Mode::Shared)]
+    }
+
+    #[test]
+    fn timed_phases_queued_behind_one_another_go_before_the_shares_between_them() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lock, log) = lock_with_log(dir.path());
+        let [(_, second_left), (share_entered, _)] = a_share_between_two_timed_phases(&lock, &log);
+        assert!(
+            share_entered >= second_left,
+            "the share got in between the two timed phases"
+        );
     }
 
     #[test]
