@@ -382,7 +382,12 @@ def test_each_autotuner_benchmark_is_preceded_by_a_yield_note_during_a_run(monke
     from triton.runtime import autotuner
 
     benched = []
-    monkeypatch.setattr(autotuner.Autotuner, "_bench", lambda self, *args, config, **meta: benched.append(config) or [1.0])
+
+    def bench(self, *args, config, **meta):
+        benched.append(config)
+        return [1.0]
+
+    monkeypatch.setattr(autotuner.Autotuner, "_bench", bench)
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the interpreter's autotuner benchmarks nothing
     jit = types.SimpleNamespace(JITFunction=type("JITFunction", (), {"_do_compile": lambda self: None}))
     judge = JudgeStub()
