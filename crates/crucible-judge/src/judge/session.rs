@@ -37,12 +37,7 @@ const PROFILED_FORWARDS: u32 = 3;
 /// Outside-timed batches of back-to-back forwards, and the length each aims at (at most). 20 ms
 /// since 2026-12-04 (60 before): on an H200 (three runs, 138 honest evaluations from 16 rows to
 /// full size) honest claims still came out at 1.67 to 2.27 times this witness; the bound is 0.75.
-/// Two batches each since 2026-12-07 (three before): the witnesses run inside the exclusive timed
-/// phase, where every other evaluation waits, and the third round was 50 ms of a 0.22 s median
-/// phase (H100, 32 phases a batch). Fewer batches only raise a witness (the least of fewer), which
-/// a tampered timer meets sooner; an honest claim that a high witness contradicts is measured
-/// again ([`WITNESS_RECHECKS`]), the least of every round kept.
-const OUTSIDE_BATCHES: u32 = 2;
+const OUTSIDE_BATCHES: u32 = 3;
 const OUTSIDE_BATCH_TARGET_MS: f64 = 20.0;
 /// The synchronized batches' length: each forward waits for the device there, so fewer fit. Its
 /// bound's margin is thin (honest launch-bound claims from 1.002 times it): at 12 ms, one honest
